@@ -1,0 +1,169 @@
+#include "common/checks.h"
+
+#include <c10/util/Exception.h>
+
+namespace fusedops::checks {
+
+namespace {
+bool is_supported_float(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+}  // namespace
+
+void floating(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), op, ": ", name, " must be a defined tensor, got None/undefined");
+  TORCH_CHECK(is_supported_float(t.scalar_type()), op, ": ", name,
+              " must be a floating-point tensor (float32, float64, float16 or bfloat16), got ",
+              t.scalar_type());
+}
+
+void dim(const char* op, const char* name, const at::Tensor& t, int64_t dim, const char* layout) {
+  TORCH_CHECK(t.dim() == dim, op, ": ", name, " must be a ", dim, "-D tensor ", layout, ", got a ",
+              t.dim(), "-D tensor of shape ", t.sym_sizes());
+}
+
+void same_dtype(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x) {
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), op, ": ", name,
+              " must have the same dtype as x (", x.scalar_type(), "), got ", t.scalar_type());
+}
+
+void same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x) {
+  TORCH_CHECK(t.device() == x.device(), op, ": ", name, " must be on the same device as x (",
+              x.device(), "), got ", t.device());
+}
+
+void vector_of(const char* op, const char* name, const at::Tensor& t, const c10::SymInt& size,
+               const char* what) {
+  TORCH_CHECK(t.dim() == 1 && t.sym_size(0) == size, op, ": ", name, " must have shape [", size,
+              "] (", what, "), got shape ", t.sym_sizes());
+}
+
+void linear(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  floating(op, "x", x);
+  floating(op, "weight", weight);
+  floating(op, "bias", bias);
+  dim(op, "x", x, 2, "(batch, in_features)");
+  dim(op, "weight", weight, 2, "(out_features, in_features)");
+  TORCH_CHECK(x.sym_size(1) == weight.sym_size(1), op, ": x must have ", weight.sym_size(1),
+              " columns (in_features of weight ", weight.sym_sizes(), "), got ", x.sym_size(1),
+              " (x has shape ", x.sym_sizes(), ")");
+  vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
+  same_dtype(op, "weight", weight, x);
+  same_dtype(op, "bias", bias, x);
+  same_device(op, "weight", weight, x);
+  same_device(op, "bias", bias, x);
+}
+
+void matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
+                                   const at::Tensor& bias, int64_t pool_kernel_size) {
+  constexpr const char* op = "matmul_avgpool_gelu_scale_max";
+  linear(op, x, weight, bias);
+  TORCH_CHECK(pool_kernel_size > 0, op, ": pool_kernel_size must be greater than zero, got ",
+              pool_kernel_size);
+  // AvgPool1d floors: a width smaller than the window leaves nothing for the max to reduce.
+  TORCH_CHECK(weight.sym_size(0) >= pool_kernel_size, op,
+              ": out_features must be at least pool_kernel_size (the pooled width is "
+              "floor(out_features / pool_kernel_size) and max over an empty dim is undefined), "
+              "got out_features=", weight.sym_size(0), ", pool_kernel_size=", pool_kernel_size);
+}
+
+void matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x, const at::Tensor& weight,
+                                                const at::Tensor& bias) {
+  linear("matmul_sum_max_avgpool_logsumexp_logsumexp", x, weight, bias);
+}
+
+void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const at::Tensor& scale, const at::Tensor& bn_weight,
+                          const at::Tensor& bn_bias, const at::Tensor& running_mean,
+                          const at::Tensor& running_var, const at::Tensor& num_batches_tracked,
+                          bool training) {
+  constexpr const char* op = "gemm_scale_batchnorm";
+  linear(op, x, weight, bias);
+  const c10::SymInt& batch = x.sym_size(0);
+  const c10::SymInt& out = weight.sym_size(0);
+  floating(op, "scale", scale);
+  same_dtype(op, "scale", scale, x);
+  same_device(op, "scale", scale, x);
+  // scale multiplies the (batch, out_features) GEMM output and must broadcast to it without
+  // changing its shape: (), (1,), (out,), (1, out), (batch, 1) or (batch, out).
+  TORCH_CHECK(scale.dim() <= 2, op, ": scale must broadcast to (batch, out_features) = (", batch,
+              ", ", out, "), got shape ", scale.sym_sizes());
+  if (scale.dim() >= 1) {
+    const c10::SymInt& last = scale.sym_size(-1);
+    TORCH_CHECK(last == 1 || last == out, op, ": scale must broadcast to (batch, out_features) = (",
+                batch, ", ", out, "), got shape ", scale.sym_sizes());
+  }
+  if (scale.dim() == 2) {
+    const c10::SymInt& first = scale.sym_size(0);
+    TORCH_CHECK(first == 1 || first == batch, op,
+                ": scale must broadcast to (batch, out_features) = (", batch, ", ", out,
+                "), got shape ", scale.sym_sizes());
+  }
+  const std::pair<const char*, const at::Tensor*> per_feature[] = {
+      {"bn_weight", &bn_weight}, {"bn_bias", &bn_bias},
+      {"running_mean", &running_mean}, {"running_var", &running_var}};
+  for (const auto& [name, t] : per_feature) {
+    floating(op, name, *t);
+    vector_of(op, name, *t, out, "out_features");
+    same_dtype(op, name, *t, x);
+    same_device(op, name, *t, x);
+  }
+  TORCH_CHECK(num_batches_tracked.defined() && num_batches_tracked.dim() == 0 &&
+                  num_batches_tracked.scalar_type() == at::kLong,
+              op, ": num_batches_tracked must be a 0-D int64 tensor, got ",
+              num_batches_tracked.defined() ? num_batches_tracked.toString() : "undefined",
+              " of shape ", num_batches_tracked.sym_sizes());
+  same_device(op, "num_batches_tracked", num_batches_tracked, x);
+  // Same rule as BatchNorm: one sample has no variance.
+  TORCH_CHECK(!training || batch != 1, op,
+              ": x must have more than 1 row in training mode (batch statistics need at least 2 "
+              "samples), got batch size 1 (x has shape ", x.sym_sizes(), ")");
+}
+
+void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& bias, int64_t num_groups,
+                                    const at::Tensor& gn_weight, const at::Tensor& gn_bias) {
+  constexpr const char* op = "matmul_groupnorm_leakyrelu_sum";
+  linear(op, x, weight, bias);
+  const c10::SymInt& hidden = weight.sym_size(0);
+  TORCH_CHECK(num_groups > 0, op, ": num_groups must be greater than zero, got ", num_groups);
+  TORCH_CHECK(hidden % num_groups == 0, op,
+              ": num_groups must divide hidden_size (out_features of weight), got num_groups=",
+              num_groups, ", hidden_size=", hidden);
+  const std::pair<const char*, const at::Tensor*> per_channel[] = {{"gn_weight", &gn_weight},
+                                                                   {"gn_bias", &gn_bias}};
+  for (const auto& [name, t] : per_channel) {
+    floating(op, name, *t);
+    vector_of(op, name, *t, hidden, "hidden_size");
+    same_dtype(op, name, *t, x);
+    same_device(op, name, *t, x);
+  }
+}
+
+void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
+                         int64_t pool_kernel_size) {
+  constexpr const char* op = "avgpool_fold_linear";
+  floating(op, "weight", weight);
+  floating(op, "bias", bias);
+  dim(op, "weight", weight, 2, "(out_features, in_features)");
+  vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
+  same_dtype(op, "bias", bias, weight);
+  same_device(op, "bias", bias, weight);
+  TORCH_CHECK(pool_kernel_size > 0, op, ": pool_kernel_size must be greater than zero, got ",
+              pool_kernel_size);
+  TORCH_CHECK(weight.sym_size(0) >= pool_kernel_size, op,
+              ": out_features must be at least pool_kernel_size, got out_features=",
+              weight.sym_size(0), ", pool_kernel_size=", pool_kernel_size);
+}
+
+void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias) {
+  constexpr const char* op = "sum_fold_linear";
+  floating(op, "weight", weight);
+  floating(op, "bias", bias);
+  dim(op, "weight", weight, 2, "(out_features, in_features)");
+  vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
+  same_dtype(op, "bias", bias, weight);
+  same_device(op, "bias", bias, weight);
+}
+
+}  // namespace fusedops::checks

@@ -1,0 +1,44 @@
+// Argument contracts of every fusedops operator, written once and called at the top of each
+// backend's host function (CPU, CUDA, Meta). Sizes are read as SymInts so the same checks
+// run under torch.compile / torch.export with a dynamic batch dimension.
+//
+// Every failure throws c10::Error with "<op>: <tensor> must be <expected>, got <actual>".
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace fusedops::checks {
+
+// t is float32, float64, float16 or bfloat16.
+void floating(const char* op, const char* name, const at::Tensor& t);
+// t.dim() == dim; `layout` names the dims for the message, e.g. "(batch, in_features)".
+void dim(const char* op, const char* name, const at::Tensor& t, int64_t dim, const char* layout);
+void same_dtype(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x);
+void same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x);
+// t is 1-D with `size` elements; `what` says what the size is, e.g. "out_features".
+void vector_of(const char* op, const char* name, const at::Tensor& t, const c10::SymInt& size,
+               const char* what);
+
+// x (B, in), weight (out, in), bias (out,): floating, one dtype, one device.
+void linear(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// Per-operator contracts.
+void matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
+                                   const at::Tensor& bias, int64_t pool_kernel_size);
+void matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x, const at::Tensor& weight,
+                                                const at::Tensor& bias);
+void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const at::Tensor& scale, const at::Tensor& bn_weight,
+                          const at::Tensor& bn_bias, const at::Tensor& running_mean,
+                          const at::Tensor& running_var, const at::Tensor& num_batches_tracked,
+                          bool training);
+void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& bias, int64_t num_groups,
+                                    const at::Tensor& gn_weight, const at::Tensor& gn_bias);
+void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
+                         int64_t pool_kernel_size);
+void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias);
+
+}  // namespace fusedops::checks

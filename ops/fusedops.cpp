@@ -1,0 +1,96 @@
+// The fusedops operator schemas (the one place they are defined) and the public C++ API,
+// which calls each operator through the dispatcher.
+#include "fusedops/fusedops.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "common/fold_cache.h"
+
+namespace fusedops {
+
+#ifndef FUSEDOPS_VERSION
+#define FUSEDOPS_VERSION "unknown"
+#endif
+
+const char* version() { return FUSEDOPS_VERSION; }
+
+namespace {
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+}  // namespace
+
+at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
+                                         const at::Tensor& bias, int64_t pool_kernel_size,
+                                         double scale_factor) {
+  static auto op = find_op<decltype(matmul_avgpool_gelu_scale_max)>(
+      "fusedops::matmul_avgpool_gelu_scale_max");
+  return op.call(x, weight, bias, pool_kernel_size, scale_factor);
+}
+
+at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
+                                                      const at::Tensor& weight,
+                                                      const at::Tensor& bias) {
+  static auto op = find_op<decltype(matmul_sum_max_avgpool_logsumexp_logsumexp)>(
+      "fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp");
+  return op.call(x, weight, bias);
+}
+
+at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
+                                const at::Tensor& bias, const at::Tensor& scale,
+                                const at::Tensor& bn_weight, const at::Tensor& bn_bias,
+                                at::Tensor& running_mean, at::Tensor& running_var,
+                                at::Tensor& num_batches_tracked, bool training,
+                                std::optional<double> momentum, double eps) {
+  static auto op = find_op<decltype(gemm_scale_batchnorm)>("fusedops::gemm_scale_batchnorm");
+  return op.call(x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var,
+                 num_batches_tracked, training, momentum, eps);
+}
+
+at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
+                                          const at::Tensor& bias, int64_t num_groups,
+                                          const at::Tensor& gn_weight, const at::Tensor& gn_bias,
+                                          double eps, double negative_slope) {
+  static auto op = find_op<decltype(matmul_groupnorm_leakyrelu_sum)>(
+      "fusedops::matmul_groupnorm_leakyrelu_sum");
+  return op.call(x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope);
+}
+
+std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear(const at::Tensor& weight,
+                                                       const at::Tensor& bias,
+                                                       int64_t pool_kernel_size) {
+  static auto op = find_op<decltype(avgpool_fold_linear)>("fusedops::avgpool_fold_linear");
+  return op.call(weight, bias, pool_kernel_size);
+}
+
+std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
+                                                   const at::Tensor& bias) {
+  static auto op = find_op<decltype(sum_fold_linear)>("fusedops::sum_fold_linear");
+  return op.call(weight, bias);
+}
+
+void clear_fold_cache() { FoldCache::instance().clear(); }
+
+TORCH_LIBRARY(fusedops, m) {
+  m.def("matmul_avgpool_gelu_scale_max(Tensor x, Tensor weight, Tensor bias, "
+        "int pool_kernel_size, float scale_factor) -> Tensor");
+  m.def("matmul_sum_max_avgpool_logsumexp_logsumexp(Tensor x, Tensor weight, Tensor bias) "
+        "-> Tensor");
+  m.def("gemm_scale_batchnorm(Tensor x, Tensor weight, Tensor bias, Tensor scale, "
+        "Tensor bn_weight, Tensor bn_bias, Tensor(a!) running_mean, Tensor(b!) running_var, "
+        "Tensor(c!) num_batches_tracked, bool training, float? momentum, float eps) -> Tensor");
+  m.def("matmul_groupnorm_leakyrelu_sum(Tensor x, Tensor weight, Tensor bias, "
+        "int num_groups, Tensor gn_weight, Tensor gn_bias, float eps, float negative_slope) "
+        "-> Tensor");
+  m.def("avgpool_fold_linear(Tensor weight, Tensor bias, int pool_kernel_size) "
+        "-> (Tensor, Tensor)");
+  m.def("sum_fold_linear(Tensor weight, Tensor bias) -> (Tensor, Tensor)");
+  // Housekeeping, callable from Python and TorchScript: frees the cached weight folds.
+  m.def("clear_fold_cache() -> ()", [] { FoldCache::instance().clear(); });
+  m.def("fold_cache_misses() -> int", [] { return FoldCache::instance().misses(); });
+  m.def("version() -> str", [] { return std::string(version()); });
+}
+
+}  // namespace fusedops

@@ -1,0 +1,61 @@
+// fusedops public C++ API.
+//
+// Each function calls the registered operator through the PyTorch dispatcher, so the same
+// call runs the CPU or CUDA kernel (and autograd, where registered) exactly as
+// torch.ops.fusedops.<name> does from Python. Link against libfusedops (CMake:
+// find_package(fusedops) and fusedops::fusedops).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
+
+namespace fusedops {
+
+// Version string of the library, e.g. "0.1.0".
+const char* version();
+
+// Model 98: max_j( scale_factor * gelu( avg_pool_k(x W^T + b) )_j ), x: (B, in) -> (B,).
+at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
+                                         const at::Tensor& bias, int64_t pool_kernel_size,
+                                         double scale_factor);
+
+// Model 18: sum_j (x W^T + b)_j; the max/mean/logsumexp chain over a size-1 dim is identity.
+// x: (B, in) -> (B, 1).
+at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
+                                                      const at::Tensor& weight,
+                                                      const at::Tensor& bias);
+
+// Model 39: BatchNorm1d((x W^T + b) * scale). In training mode uses batch statistics and
+// updates running_mean, running_var and num_batches_tracked in place (momentum = nullopt
+// means a cumulative average, as in BatchNorm). x: (B, in) -> (B, out).
+at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
+                                const at::Tensor& bias, const at::Tensor& scale,
+                                const at::Tensor& bn_weight, const at::Tensor& bn_bias,
+                                at::Tensor& running_mean, at::Tensor& running_var,
+                                at::Tensor& num_batches_tracked, bool training,
+                                std::optional<double> momentum, double eps);
+
+// Model 62: 2 * leaky_relu(GroupNorm(x W^T + b)). x: (B, input) -> (B, hidden).
+at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
+                                          const at::Tensor& bias, int64_t num_groups,
+                                          const at::Tensor& gn_weight, const at::Tensor& gn_bias,
+                                          double eps, double negative_slope);
+
+// Helper: a Linear followed by AvgPool1d(k) is the Linear whose rows (and bias entries) are
+// the means of each k consecutive rows; the last out % k rows are dropped.
+// Returns (pooled_weight (out/k, in), pooled_bias (out/k,)).
+std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear(const at::Tensor& weight,
+                                                       const at::Tensor& bias,
+                                                       int64_t pool_kernel_size);
+
+// Helper: sum over the outputs of a Linear is a dot product with the column sums of W.
+// Returns (column_sums (in,), bias_sum ()).
+std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
+                                                   const at::Tensor& bias);
+
+// Drops every cached weight fold (see ops/common/fold_cache.h).
+void clear_fold_cache();
+
+}  // namespace fusedops

@@ -1,0 +1,28 @@
+// Meta (shape-only) kernel for model 39. The running statistics are mutated in place by the
+// real kernels; here they are only checked.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+
+namespace fusedops {
+namespace {
+
+at::Tensor gemm_scale_batchnorm_meta(const at::Tensor& x, const at::Tensor& weight,
+                                     const at::Tensor& bias, const at::Tensor& scale,
+                                     const at::Tensor& bn_weight, const at::Tensor& bn_bias,
+                                     at::Tensor& running_mean, at::Tensor& running_var,
+                                     at::Tensor& num_batches_tracked, bool training,
+                                     std::optional<double> momentum, double eps) {
+  checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
+                               running_var, num_batches_tracked, training);
+  return at::empty_symint({x.sym_size(0), weight.sym_size(0)}, x.options());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, Meta, m) {
+  m.impl("gemm_scale_batchnorm", &gemm_scale_batchnorm_meta);
+}
+
+}  // namespace fusedops

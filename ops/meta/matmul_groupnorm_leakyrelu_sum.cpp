@@ -1,0 +1,25 @@
+// Meta (shape-only) kernel for model 62.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+
+namespace fusedops {
+namespace {
+
+at::Tensor matmul_groupnorm_leakyrelu_sum_meta(const at::Tensor& x, const at::Tensor& weight,
+                                               const at::Tensor& bias, int64_t num_groups,
+                                               const at::Tensor& gn_weight,
+                                               const at::Tensor& gn_bias, double eps,
+                                               double negative_slope) {
+  checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
+  return at::empty_symint({x.sym_size(0), weight.sym_size(0)}, x.options());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, Meta, m) {
+  m.impl("matmul_groupnorm_leakyrelu_sum", &matmul_groupnorm_leakyrelu_sum_meta);
+}
+
+}  // namespace fusedops
