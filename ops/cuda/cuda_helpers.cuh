@@ -1,0 +1,78 @@
+// Device helpers shared by the fusedops CUDA kernels. One copy of each: a kernel that needs
+// a reduction, a GELU or a NaN-aware max takes it from here.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace fusedops::cuda {
+
+constexpr int kWarpSize = 32;
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Accumulation type: float for float/half/bfloat16, double for double.
+template <typename T> struct AccType { using type = float; };
+template <> struct AccType<double> { using type = double; };
+template <typename T> using acc_t = typename AccType<T>::type;
+
+template <typename Acc, typename T>
+__device__ __forceinline__ Acc to_acc(T v) { return static_cast<Acc>(v); }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v, int width = kWarpSize) {
+  // xor-shuffles stay inside aligned groups of `width` lanes (width a power of two <= 32),
+  // so several independent segments can share one warp.
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset, width);
+  }
+  return v;
+}
+
+// max that propagates NaN, as torch.max does.
+template <typename T>
+__device__ __forceinline__ T nan_max(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_nan_max(T v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds one T per warp.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < warps; ++w) total += scratch[w];
+  return total;
+}
+
+// Exact (erf) GELU, the form nn.functional.gelu uses by default.
+__device__ __forceinline__ float gelu_erf(float v) {
+  return 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
+}
+__device__ __forceinline__ double gelu_erf(double v) {
+  return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440));
+}
+
+__device__ __forceinline__ bool is_finite(float v) { return isfinite(v); }
+__device__ __forceinline__ bool is_finite(double v) { return isfinite(v); }
+
+}  // namespace fusedops::cuda

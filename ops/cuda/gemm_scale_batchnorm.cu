@@ -1,0 +1,229 @@
+// Model 39 on CUDA: y = x W^T (linear_gemm.cu), then z = (y + b) * scale and BatchNorm1d.
+// Training mode needs the column statistics of the full GEMM output, so the work right behind
+// the GEMM is: one read of y for the per-column sums (split over row slices so the batch
+// dimension fills the GPU), a tiny finish over the slices (mean, var, running-stat update),
+// and one read of y + one write of out to normalize. Eval mode is a single elementwise pass.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+#include "cuda/cuda_helpers.cuh"
+#include "cuda/linear_gemm.h"
+
+namespace fusedops {
+namespace {
+
+using cuda::acc_t;
+using cuda::ceil_div;
+
+// The stats pass: a block covers kStatCols consecutive columns (one warp-wide, coalesced
+// row segment) and kStatRowThreads row lanes; gridDim.y slices the batch.
+constexpr int kStatCols = 32;
+constexpr int kStatRowThreads = 8;
+constexpr int kMaxRowSlices = 64;
+
+// z[i, j] = (y[i, j] + b[j]) * scale[i * s0 + j * s1]: the scale broadcasts through strides.
+struct ScaleView {
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+template <typename scalar_t, typename y_t>
+__device__ __forceinline__ y_t scaled(const y_t* y, const scalar_t* bias, const scalar_t* scale,
+                                      ScaleView sv, int64_t i, int64_t j, int64_t n) {
+  return (y[i * n + j] + static_cast<y_t>(bias[j])) *
+         static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]);
+}
+
+// Per (slice, column): sum and sum of squares of (z - shift_j) in double, shift_j = z[0, j].
+// Shifting by a sample of the column keeps E[d^2] - E[d]^2 free of cancellation when the
+// mean is large against the spread.
+template <typename scalar_t, typename y_t>
+__global__ void column_moments_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                                      const scalar_t* __restrict__ scale, ScaleView sv,
+                                      double* __restrict__ partial_sum,
+                                      double* __restrict__ partial_sq, int64_t batch, int64_t n) {
+  __shared__ double s_sum[kStatRowThreads][kStatCols];
+  __shared__ double s_sq[kStatRowThreads][kStatCols];
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kStatCols) + threadIdx.x;
+  const int64_t rows_per_slice = ceil_div(batch, gridDim.y);
+  const int64_t begin = blockIdx.y * rows_per_slice;
+  const int64_t end = begin + rows_per_slice < batch ? begin + rows_per_slice : batch;
+  double sum = 0.0, sq = 0.0;
+  if (j < n) {
+    const double shift = static_cast<double>(scaled(y, bias, scale, sv, 0, j, n));
+    for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
+      const double d = static_cast<double>(scaled(y, bias, scale, sv, i, j, n)) - shift;
+      sum += d;
+      sq += d * d;
+    }
+  }
+  s_sum[threadIdx.y][threadIdx.x] = sum;
+  s_sq[threadIdx.y][threadIdx.x] = sq;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    for (int r = 1; r < kStatRowThreads; ++r) {
+      sum += s_sum[r][threadIdx.x];
+      sq += s_sq[r][threadIdx.x];
+    }
+    partial_sum[blockIdx.y * n + j] = sum;
+    partial_sq[blockIdx.y * n + j] = sq;
+  }
+}
+
+// Per column: mean, biased var -> (center, multiplier) for the normalize pass, and the
+// running-stat update
+// (unbiased var, momentum or the cumulative 1 / num_batches_tracked factor). num_batches_tracked
+// is read here and incremented by the normalize kernel, which runs after this one finishes.
+template <typename scalar_t, typename y_t>
+__global__ void batch_stats_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                                   const scalar_t* __restrict__ scale, ScaleView sv,
+                                   const double* __restrict__ partial_sum,
+                                   const double* __restrict__ partial_sq, int slices,
+                                   const scalar_t* __restrict__ gamma,
+                                   scalar_t* __restrict__ running_mean,
+                                   scalar_t* __restrict__ running_var,
+                                   const int64_t* __restrict__ num_batches_tracked,
+                                   double momentum, bool cumulative, double eps,
+                                   y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
+                                   int64_t n) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  double sum = 0.0, sq = 0.0;
+  for (int s = 0; s < slices; ++s) {
+    sum += partial_sum[s * n + j];
+    sq += partial_sq[s * n + j];
+  }
+  const double shift = static_cast<double>(scaled(y, bias, scale, sv, 0, j, n));
+  const double count = static_cast<double>(batch);
+  const double mean_shifted = sum / count;
+  const double var = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
+  const double mean = shift + mean_shifted;
+  const double invstd = 1.0 / sqrt(var + eps);
+  center[j] = static_cast<y_t>(mean);
+  mul[j] = static_cast<y_t>(invstd * static_cast<double>(gamma[j]));
+  const double factor = cumulative ? 1.0 / static_cast<double>(*num_batches_tracked + 1) : momentum;
+  const double unbiased = var * count / (count - 1.0);
+  running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
+                                          factor * mean);
+  running_var[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_var[j]) +
+                                         factor * unbiased);
+}
+
+// Eval-mode coefficients from the running statistics.
+template <typename scalar_t, typename y_t>
+__global__ void running_stats_coefficients_kernel(const scalar_t* __restrict__ gamma,
+                                                  const scalar_t* __restrict__ running_mean,
+                                                  const scalar_t* __restrict__ running_var,
+                                                  double eps, y_t* __restrict__ center,
+                                                  y_t* __restrict__ mul, int64_t n) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  const double invstd = 1.0 / sqrt(static_cast<double>(running_var[j]) + eps);
+  center[j] = static_cast<y_t>(running_mean[j]);
+  mul[j] = static_cast<y_t>(invstd * static_cast<double>(gamma[j]));
+}
+
+// out = (z - center_j) * mul_j + beta_j over the whole (batch, n) output. Subtracting the
+// mean before scaling avoids the cancellation of z * mul + (beta - mean * mul).
+template <typename scalar_t, typename y_t>
+__global__ void normalize_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                                 const scalar_t* __restrict__ scale, ScaleView sv,
+                                 const y_t* __restrict__ center, const y_t* __restrict__ mul,
+                                 const scalar_t* __restrict__ beta, scalar_t* __restrict__ out, int64_t batch, int64_t n,
+                                 int64_t* __restrict__ num_batches_tracked) {
+  if (num_batches_tracked != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    *num_batches_tracked += 1;
+  }
+  // blockIdx.x tiles the columns, blockIdx.y strides over rows: no per-element division.
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  const y_t c = center[j], m = mul[j], b = static_cast<y_t>(beta[j]);
+  for (int64_t i = blockIdx.y; i < batch; i += gridDim.y) {
+    out[i * n + j] = static_cast<scalar_t>((scaled(y, bias, scale, sv, i, j, n) - c) * m + b);
+  }
+}
+
+__global__ void increment_kernel(int64_t* counter) { *counter += 1; }
+
+at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weight,
+                                     const at::Tensor& bias, const at::Tensor& scale,
+                                     const at::Tensor& bn_weight, const at::Tensor& bn_bias,
+                                     at::Tensor& running_mean, at::Tensor& running_var,
+                                     at::Tensor& num_batches_tracked, bool training,
+                                     std::optional<double> momentum, double eps) {
+  checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
+                               running_var, num_batches_tracked, training);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t batch = x.size(0), n = weight.size(0);
+  at::Tensor out = at::empty({batch, n}, x.options());
+  if (batch == 0) {
+    // BatchNorm on an empty batch still counts the step and leaves the statistics alone.
+    if (training) {
+      increment_kernel<<<1, 1, 0, stream>>>(num_batches_tracked.data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    return out;
+  }
+  const at::Tensor y = cuda::linear_nt(x.contiguous(), weight.contiguous());
+  const at::Tensor bc = bias.contiguous();
+  const at::Tensor gamma = bn_weight.contiguous();
+  const at::Tensor beta = bn_bias.contiguous();
+  const at::Tensor scale_full = scale.expand({batch, n});
+  const ScaleView sv{scale_full.stride(0), scale_full.stride(1)};
+  // The running statistics are updated in place, so work on contiguous aliases only.
+  TORCH_CHECK(running_mean.is_contiguous() && running_var.is_contiguous(),
+              "gemm_scale_batchnorm: running_mean and running_var must be contiguous, got strides ",
+              running_mean.strides(), " and ", running_var.strides());
+  at::Tensor center = at::empty({n}, y.options());
+  at::Tensor mul = at::empty({n}, y.options());
+  const int threads = 256;
+  const dim3 normalize_grid(static_cast<unsigned>(ceil_div(n, threads)),
+                            static_cast<unsigned>(std::min<int64_t>(batch, 1024)));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gemm_scale_batchnorm", [&] {
+    using y_t = acc_t<scalar_t>;
+    const scalar_t* scale_ptr = scale_full.data_ptr<scalar_t>();
+    if (training) {
+      const int slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch, 64)));
+      at::Tensor partial = at::empty({2, slices, n}, y.options().dtype(at::kDouble));
+      double* partial_sum = partial.data_ptr<double>();
+      double* partial_sq = partial_sum + slices * n;
+      dim3 grid(ceil_div(n, kStatCols), slices);
+      dim3 block(kStatCols, kStatRowThreads);
+      column_moments_kernel<scalar_t, y_t><<<grid, block, 0, stream>>>(
+          y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, partial_sum, partial_sq,
+          batch, n);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      batch_stats_kernel<scalar_t, y_t><<<ceil_div(n, threads), threads, 0, stream>>>(
+          y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, partial_sum, partial_sq,
+          slices, gamma.data_ptr<scalar_t>(), running_mean.data_ptr<scalar_t>(), running_var.data_ptr<scalar_t>(),
+          num_batches_tracked.data_ptr<int64_t>(), momentum.value_or(0.0), !momentum.has_value(),
+          eps, center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch, n);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else {
+      running_stats_coefficients_kernel<scalar_t, y_t><<<ceil_div(n, threads), threads, 0, stream>>>(
+          gamma.data_ptr<scalar_t>(), running_mean.data_ptr<scalar_t>(),
+          running_var.data_ptr<scalar_t>(), eps, center.data_ptr<y_t>(), mul.data_ptr<y_t>(), n);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    normalize_kernel<scalar_t, y_t><<<normalize_grid, threads, 0, stream>>>(
+        y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, center.data_ptr<y_t>(),
+        mul.data_ptr<y_t>(), beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), batch, n,
+        training ? num_batches_tracked.data_ptr<int64_t>() : nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, CUDA, m) {
+  m.impl("gemm_scale_batchnorm", &gemm_scale_batchnorm_cuda);
+}
+
+}  // namespace fusedops

@@ -1,0 +1,276 @@
+// y = x W^T on cuBLAS, with a float32-accurate tensor-core path (3xTF32).
+//
+// Why 3xTF32: an SGEMM runs on the CUDA cores at ~50 TFLOP/s; TF32 tensor cores run at
+// ~400 TFLOP/s but keep only 10 mantissa bits of each operand (relative error ~3e-4, which
+// fails the float32 contract). Splitting each operand v = hi + lo with hi = tf32(v) and
+// lo = v - hi, and computing hi*hi + hi*lo + lo*hi, restores ~21 bits per product.
+//
+// The tensor cores' own accumulation over a long K then limits accuracy (8.5e-5 measured when
+// all of K runs in one GEMM), but only for the large hi*hi term: the cross terms are 2^-11
+// smaller, so their accumulation error does not show. Hence two kinds of GEMM over one
+// interleaved layout, chunk c of K holding [hi_c | lo_c] for x and [lo_c | hi_c] for W:
+//   - cross terms: the full-width product x' . W'^T = sum_c x_hi_c W_lo_c + x_lo_c W_hi_c,
+//   - main term: per chunk, the windows x_hi_c . W_hi_c, promoted into a float32 sum after
+//     every chunk (the "promotion").
+// Large outputs run the cross GEMM, then the chunks one after another with cuBLAS adding into
+// y in float32 (beta = 1). Small outputs (too few tiles to fill the GPU one GEMM at a time)
+// run both as strided-batched GEMMs over the chunks into partials that one kernel sums.
+// The weight's split (twice its memory) is cached with the weight (common/fold_cache.h); the
+// activation's split is redone per call.
+#include "cuda/linear_gemm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Exceptions.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/fold_cache.h"
+#include "cuda/cuda_helpers.cuh"
+
+namespace fusedops::cuda {
+namespace {
+
+// K-chunk between float32 promotions of the main (hi*hi) term. 1024 keeps the error under
+// SGEMM's at the default sizes (docs/PERFORMANCE.md); FUSEDOPS_3XTF32_CHUNK overrides it for
+// tuning (a multiple of 32).
+constexpr int64_t kDefaultChunk = 1024;
+// Below these sizes the split traffic and the doubled operand bytes outweigh the faster math
+// (small batches are bound by reading W, which 3xTF32 reads twice).
+constexpr int64_t kMin3xTf32M = 128;
+constexpr int64_t kMin3xTf32N = 256;
+// Outputs up to this many elements run all chunks at once into per-chunk partials.
+constexpr int64_t kMaxParallelChunkOutputs = int64_t{1} << 21;
+
+int64_t chunk_size() {
+  static const int64_t chunk = [] {
+    const char* env = std::getenv("FUSEDOPS_3XTF32_CHUNK");
+    const int64_t v = env ? std::atoll(env) : kDefaultChunk;
+    TORCH_CHECK(v >= 32 && v % 32 == 0,
+                "FUSEDOPS_3XTF32_CHUNK must be a positive multiple of 32, got ", env ? env : "");
+    return v;
+  }();
+  return chunk;
+}
+
+// Which part goes first in each chunk: x stores [hi | lo], W stores [lo | hi].
+enum class SplitOrder : bool { kHiFirst, kLoFirst };
+
+__device__ __forceinline__ float round_to_tf32(float v) {
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(v));
+  return __uint_as_float(bits);
+}
+
+constexpr int kSplitThreads = 256;
+
+// src (rows, k) -> dst (rows, 2 * k_padded): chunk c of dst holds src's columns
+// [c*chunk, (c+1)*chunk) twice, as hi then lo parts (or lo then hi); columns past k are zero.
+// Threads walk the columns of one row per blockIdx.y step: no per-element 64-bit division.
+__global__ void split_3xtf32_kernel(const float* __restrict__ src, float* __restrict__ dst,
+                                    int64_t rows, int64_t k, int64_t k_padded, int chunk,
+                                    SplitOrder order) {
+  const bool hi_first = order == SplitOrder::kHiFirst;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const float* s = src + row * k;
+    float* d = dst + row * 2 * k_padded;
+    for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < k_padded;
+         col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float v = col < k ? s[col] : 0.0f;
+      const float hi = round_to_tf32(v);
+      const float lo = v - hi;  // exact in float32
+      const int64_t c = col / chunk;
+      float* out = d + c * 2 * chunk + (col - c * chunk);
+      out[0] = hi_first ? hi : lo;
+      out[chunk] = hi_first ? lo : hi;
+    }
+  }
+}
+
+at::Tensor split_3xtf32(const at::Tensor& src, SplitOrder order, int64_t chunk) {
+  const int64_t rows = src.size(0), k = src.size(1);
+  const int64_t k_padded = ceil_div(k, chunk) * chunk;
+  at::Tensor dst = at::empty({rows, 2 * k_padded}, src.options());
+  if (rows == 0 || k_padded == 0) return dst;
+  dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div(k_padded, kSplitThreads), 64)),
+            static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  split_3xtf32_kernel<<<grid, kSplitThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      src.data_ptr<float>(), dst.data_ptr<float>(), rows, k, k_padded, static_cast<int>(chunk),
+      order);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return dst;
+}
+
+// y[e] = sum over p of partial[p][e], in order: the float32 promotion of the parallel path.
+__global__ void sum_partials_kernel(const float* __restrict__ partial, float* __restrict__ y,
+                                    int64_t parts, int64_t elements) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < elements;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t p = 0; p < parts; ++p) sum += partial[p * elements + e];
+    y[e] = sum;
+  }
+}
+
+cudaDataType_t cuda_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return CUDA_R_32F;
+    case at::kDouble: return CUDA_R_64F;
+    case at::kHalf: return CUDA_R_16F;
+    case at::kBFloat16: return CUDA_R_16BF;
+    default: TORCH_CHECK(false, "fusedops linear_nt: unsupported dtype ", t);
+  }
+}
+
+// Row-major y (m, n) = x (m, k) * w (n, k)^T is, in cuBLAS's column-major terms,
+// y^T (n, m) = op_T(w) * x^T with leading dimensions ldw and ldx (elements).
+void gemm_nt(cublasHandle_t handle, cublasComputeType_t compute, const void* w, int64_t ldw,
+             const void* x, int64_t ldx, void* y, int64_t m, int64_t n, int64_t k,
+             cudaDataType_t in_type, cudaDataType_t out_type, bool accumulate) {
+  const float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
+  const double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
+  const bool is_double = compute == CUBLAS_COMPUTE_64F;
+  TORCH_CUDABLAS_CHECK(cublasGemmEx(
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+      static_cast<int>(k), is_double ? static_cast<const void*>(&alpha_d) : &alpha_f, w, in_type,
+      static_cast<int>(ldw), x, in_type, static_cast<int>(ldx),
+      is_double ? static_cast<const void*>(&beta_d) : &beta_f, y, out_type, static_cast<int>(n),
+      compute, CUBLAS_GEMM_DEFAULT));
+}
+
+// cuBLAS's math mode is handle state shared with PyTorch; pin it for our calls.
+class MathModeGuard {
+ public:
+  MathModeGuard(cublasHandle_t handle, cublasMath_t mode) : handle_(handle) {
+    TORCH_CUDABLAS_CHECK(cublasGetMathMode(handle_, &saved_));
+    TORCH_CUDABLAS_CHECK(cublasSetMathMode(handle_, mode));
+  }
+  ~MathModeGuard() { cublasSetMathMode(handle_, saved_); }
+
+ private:
+  cublasHandle_t handle_;
+  cublasMath_t saved_;
+};
+
+// Strided-batched TF32 GEMMs, one per chunk: partial[b] = x'_b . W'_b^T over k columns,
+// with x'_b = x_split + x_offset + b * 2 * chunk (likewise W').
+void batched_chunk_gemm(cublasHandle_t handle, const float* w, const float* x, float* partial,
+                        int64_t m, int64_t n, int64_t k, int64_t ld, int64_t chunk,
+                        int64_t chunks) {
+  const float alpha = 1.0f, beta = 0.0f;
+  TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+      static_cast<int>(k), &alpha, w, CUDA_R_32F, static_cast<int>(ld), 2 * chunk, x, CUDA_R_32F,
+      static_cast<int>(ld), 2 * chunk, &beta, partial, CUDA_R_32F, static_cast<int>(n), m * n,
+      static_cast<int>(chunks), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+}
+
+void linear_nt_3xtf32(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y) {
+  const int64_t m = x.size(0), n = weight.size(0);
+  const int64_t chunk = chunk_size();
+  const at::Tensor w_split = FoldCache::instance().get_or_compute(
+      "cuda.split_3xtf32.weight", {weight}, chunk,
+      [&] { return std::vector<at::Tensor>{split_3xtf32(weight, SplitOrder::kLoFirst, chunk)}; })[0];
+  const at::Tensor x_split = split_3xtf32(x, SplitOrder::kHiFirst, chunk);
+  const int64_t ld = x_split.size(1);
+  const int64_t chunks = ld / (2 * chunk);
+  const float* w_lo_hi = w_split.data_ptr<float>();
+  const float* x_hi_lo = x_split.data_ptr<float>();
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+  MathModeGuard math(handle, CUBLAS_DEFAULT_MATH);
+  if (chunks > 1 && m * n <= kMaxParallelChunkOutputs) {
+    at::Tensor partial = at::empty({2 * chunks, m, n}, y.options());
+    float* cross = partial.data_ptr<float>();
+    float* main = cross + chunks * m * n;
+    batched_chunk_gemm(handle, w_lo_hi, x_hi_lo, cross, m, n, 2 * chunk, ld, chunk, chunks);
+    batched_chunk_gemm(handle, w_lo_hi + chunk, x_hi_lo, main, m, n, chunk, ld, chunk, chunks);
+    const int threads = 256;
+    sum_partials_kernel<<<std::min<int64_t>(ceil_div(m * n, threads), 65535LL * 8), threads, 0,
+                          at::cuda::getCurrentCUDAStream()>>>(cross, y.data_ptr<float>(),
+                                                              2 * chunks, m * n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  gemm_nt(handle, CUBLAS_COMPUTE_32F_FAST_TF32, w_lo_hi, ld, x_hi_lo, ld, y.data_ptr(), m, n, ld,
+          CUDA_R_32F, CUDA_R_32F, /*accumulate=*/false);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t offset = c * 2 * chunk;
+    gemm_nt(handle, CUBLAS_COMPUTE_32F_FAST_TF32, w_lo_hi + offset + chunk, ld, x_hi_lo + offset,
+            ld, y.data_ptr(), m, n, chunk, CUDA_R_32F, CUDA_R_32F, /*accumulate=*/true);
+  }
+}
+
+}  // namespace
+
+const char* to_string(Fp32GemmMode mode) {
+  switch (mode) {
+    case Fp32GemmMode::kIeee: return "ieee";
+    case Fp32GemmMode::k3xTf32: return "3xtf32";
+    case Fp32GemmMode::kTf32: return "tf32";
+    case Fp32GemmMode::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+Fp32GemmMode choose_fp32_gemm_mode(int64_t m, int64_t n, int64_t k) {
+  const at::Float32Precision precision =
+      at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL);
+  if (precision == at::Float32Precision::TF32) return Fp32GemmMode::kTf32;
+  if (precision == at::Float32Precision::BF16) return Fp32GemmMode::kBf16;
+  if (const char* forced = std::getenv("FUSEDOPS_FP32_GEMM")) {
+    if (std::strcmp(forced, "ieee") == 0) return Fp32GemmMode::kIeee;
+    if (std::strcmp(forced, "3xtf32") == 0) return Fp32GemmMode::k3xTf32;
+  }
+  const bool large = m >= kMin3xTf32M && n >= kMin3xTf32N && k >= chunk_size();
+  return large ? Fp32GemmMode::k3xTf32 : Fp32GemmMode::kIeee;
+}
+
+at::Tensor linear_nt(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_INTERNAL_ASSERT(x.is_contiguous() && weight.is_contiguous());
+  TORCH_INTERNAL_ASSERT(x.scalar_type() == weight.scalar_type());
+  const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
+  const bool is_double = x.scalar_type() == at::kDouble;
+  at::Tensor y = at::empty({m, n}, x.options().dtype(is_double ? at::kDouble : at::kFloat));
+  if (m == 0 || n == 0) return y;
+  if (k == 0) return y.zero_();
+  TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX && 2 * k + 2 * chunk_size() <= INT32_MAX,
+              "fusedops: GEMM sizes must fit cuBLAS's 32-bit dimensions, got m=", m, ", n=", n,
+              ", k=", k);
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+  const cudaDataType_t in_type = cuda_type(x.scalar_type());
+  if (is_double) {
+    gemm_nt(handle, CUBLAS_COMPUTE_64F, weight.data_ptr(), k, x.data_ptr(), k, y.data_ptr(), m,
+            n, k, in_type, CUDA_R_64F, false);
+    return y;
+  }
+  if (x.scalar_type() != at::kFloat) {  // float16 / bfloat16 operands, float32 accumulation
+    MathModeGuard math(handle, CUBLAS_DEFAULT_MATH);
+    gemm_nt(handle, CUBLAS_COMPUTE_32F, weight.data_ptr(), k, x.data_ptr(), k, y.data_ptr(), m,
+            n, k, in_type, CUDA_R_32F, false);
+    return y;
+  }
+  switch (choose_fp32_gemm_mode(m, n, k)) {
+    case Fp32GemmMode::k3xTf32:
+      linear_nt_3xtf32(x, weight, y);
+      break;
+    case Fp32GemmMode::kTf32:
+      gemm_nt(handle, CUBLAS_COMPUTE_32F_FAST_TF32, weight.data_ptr(), k, x.data_ptr(), k,
+              y.data_ptr(), m, n, k, CUDA_R_32F, CUDA_R_32F, false);
+      break;
+    case Fp32GemmMode::kBf16:
+      gemm_nt(handle, CUBLAS_COMPUTE_32F_FAST_16BF, weight.data_ptr(), k, x.data_ptr(), k,
+              y.data_ptr(), m, n, k, CUDA_R_32F, CUDA_R_32F, false);
+      break;
+    case Fp32GemmMode::kIeee: {
+      MathModeGuard math(handle, CUBLAS_DEFAULT_MATH);
+      gemm_nt(handle, CUBLAS_COMPUTE_32F, weight.data_ptr(), k, x.data_ptr(), k, y.data_ptr(), m,
+              n, k, CUDA_R_32F, CUDA_R_32F, false);
+      break;
+    }
+  }
+  return y;
+}
+
+}  // namespace fusedops::cuda

@@ -1,0 +1,116 @@
+// Model 62 on CUDA: y = x W^T (linear_gemm.cu), then ONE pass over y that adds the bias,
+// normalizes each (sample, group) segment, applies the per-channel affine, LeakyReLU and
+// doubles. A group is a short contiguous segment of one row (16 channels at the default
+// sizes), so each segment is reduced by a power-of-two group of lanes inside one warp:
+// no shared memory, no block barriers, one read of y and one write of out.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+#include "cuda/cuda_helpers.cuh"
+#include "cuda/linear_gemm.h"
+
+namespace fusedops {
+namespace {
+
+using cuda::acc_t;
+using cuda::ceil_div;
+
+constexpr int kWarpsPerBlock = 8;
+
+// Lanes per segment: the group size rounded up to a power of two, at most a warp.
+int lanes_per_segment(int64_t group_size) {
+  int lanes = 1;
+  while (lanes < group_size && lanes < cuda::kWarpSize) lanes *= 2;
+  return lanes;
+}
+
+// Segment s = (row, group) covers y[s * group_size, (s + 1) * group_size) because
+// hidden = groups * group_size; its first channel is (s mod groups) * group_size.
+template <typename scalar_t, typename y_t>
+__global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
+                                               const scalar_t* __restrict__ bias,
+                                               const scalar_t* __restrict__ gamma,
+                                               const scalar_t* __restrict__ beta,
+                                               scalar_t* __restrict__ out, int64_t segments,
+                                               int64_t groups, int64_t group_size, int lanes,
+                                               y_t eps, y_t negative_slope) {
+  const int lane = threadIdx.x % cuda::kWarpSize;
+  const int segments_per_warp = cuda::kWarpSize / lanes;
+  const int sub = lane % lanes;
+  const int64_t warp =
+      blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / cuda::kWarpSize;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const y_t count = static_cast<y_t>(group_size);
+  // Every lane runs the same iterations so that the shuffles stay full-warp.
+  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
+    const int64_t segment = first + lane / lanes;
+    const bool valid = segment < segments;
+    const int64_t base = valid ? segment * group_size : 0;
+    const int64_t channel0 = valid ? (segment % groups) * group_size : 0;
+    const int64_t len = valid ? group_size : 0;
+
+    y_t sum = 0;
+    for (int64_t c = sub; c < len; c += lanes) {
+      sum += y[base + c] + static_cast<y_t>(bias[channel0 + c]);
+    }
+    const y_t mean = cuda::warp_sum(sum, lanes) / count;
+    y_t sq = 0;  // second pass over the (cache-resident) segment: no E[v^2] - E[v]^2 cancellation
+    for (int64_t c = sub; c < len; c += lanes) {
+      const y_t d = y[base + c] + static_cast<y_t>(bias[channel0 + c]) - mean;
+      sq += d * d;
+    }
+    const y_t var = cuda::warp_sum(sq, lanes) / count;
+    const y_t rstd = static_cast<y_t>(1) / sqrt(var + eps);
+    for (int64_t c = sub; c < len; c += lanes) {
+      const y_t v = (y[base + c] + static_cast<y_t>(bias[channel0 + c]) - mean) * rstd *
+                        static_cast<y_t>(gamma[channel0 + c]) +
+                    static_cast<y_t>(beta[channel0 + c]);
+      const y_t leaky = v > static_cast<y_t>(0) ? v : v * negative_slope;
+      out[base + c] = static_cast<scalar_t>(leaky + leaky);
+    }
+  }
+}
+
+at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Tensor& weight,
+                                               const at::Tensor& bias, int64_t num_groups,
+                                               const at::Tensor& gn_weight,
+                                               const at::Tensor& gn_bias, double eps,
+                                               double negative_slope) {
+  checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const int64_t batch = x.size(0), hidden = weight.size(0);
+  at::Tensor out = at::empty({batch, hidden}, x.options());
+  if (batch == 0 || hidden == 0) return out;
+  const at::Tensor y = cuda::linear_nt(x.contiguous(), weight.contiguous());
+  const at::Tensor bc = bias.contiguous();
+  const at::Tensor gamma = gn_weight.contiguous();
+  const at::Tensor beta = gn_bias.contiguous();
+  const int64_t group_size = hidden / num_groups;
+  const int64_t segments = batch * num_groups;
+  const int lanes = lanes_per_segment(group_size);
+  const int64_t warps_needed = ceil_div(segments, cuda::kWarpSize / lanes);
+  const int64_t blocks = std::min<int64_t>(ceil_div(warps_needed, kWarpsPerBlock), 65535LL * 32);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "groupnorm_leakyrelu_sum", [&] {
+    using y_t = acc_t<scalar_t>;
+    groupnorm_leakyrelu_sum_kernel<scalar_t, y_t>
+        <<<blocks, kWarpsPerBlock * cuda::kWarpSize, 0, at::cuda::getCurrentCUDAStream()>>>(
+            y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
+            beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups,
+            group_size, lanes, static_cast<y_t>(eps), static_cast<y_t>(negative_slope));
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, CUDA, m) {
+  m.impl("matmul_groupnorm_leakyrelu_sum", &matmul_groupnorm_leakyrelu_sum_cuda);
+}
+
+}  // namespace fusedops
