@@ -12,9 +12,8 @@
 //   - cross terms: the full-width product x' . W'^T = sum_c x_hi_c W_lo_c + x_lo_c W_hi_c,
 //   - main term: per chunk, the windows x_hi_c . W_hi_c, promoted into a float32 sum after
 //     every chunk (the "promotion").
-// Large outputs run the cross GEMM, then the chunks one after another with cuBLAS adding into
-// y in float32 (beta = 1). Small outputs (too few tiles to fill the GPU one GEMM at a time)
-// run both as strided-batched GEMMs over the chunks into partials that one kernel sums.
+// The cross GEMM runs first, then the chunks one after another, cuBLAS adding each into y in
+// float32 (beta = 1).
 // The weight's split (twice its memory) is cached with the weight (common/fold_cache.h); the
 // activation's split is redone per call.
 #include "cuda/linear_gemm.h"
@@ -37,12 +36,12 @@ namespace {
 // SGEMM's at the default sizes (docs/PERFORMANCE.md); FUSEDOPS_3XTF32_CHUNK overrides it for
 // tuning (a multiple of 32).
 constexpr int64_t kDefaultChunk = 1024;
-// Below these sizes the split traffic and the doubled operand bytes outweigh the faster math
-// (small batches are bound by reading W, which 3xTF32 reads twice).
+// Below these sizes SGEMM wins: small batches are bound by reading W (which 3xTF32 reads
+// twice), and narrow outputs (model 98's folded N = 512) leave too few output tiles for the
+// chunked GEMMs to fill the GPU; there SGEMM measured faster and more accurate
+// (docs/PERFORMANCE.md).
 constexpr int64_t kMin3xTf32M = 128;
-constexpr int64_t kMin3xTf32N = 256;
-// Outputs up to this many elements run all chunks at once into per-chunk partials.
-constexpr int64_t kMaxParallelChunkOutputs = int64_t{1} << 21;
+constexpr int64_t kMin3xTf32N = 2048;
 
 int64_t chunk_size() {
   static const int64_t chunk = [] {
@@ -66,25 +65,46 @@ __device__ __forceinline__ float round_to_tf32(float v) {
 
 constexpr int kSplitThreads = 256;
 
+struct HiLo {
+  float hi, lo;
+};
+__device__ __forceinline__ HiLo split_value(float v) {
+  const float hi = round_to_tf32(v);
+  return {hi, v - hi};  // v - hi is exact in float32
+}
+
 // src (rows, k) -> dst (rows, 2 * k_padded): chunk c of dst holds src's columns
 // [c*chunk, (c+1)*chunk) twice, as hi then lo parts (or lo then hi); columns past k are zero.
-// Threads walk the columns of one row per blockIdx.y step: no per-element 64-bit division.
+// Each thread moves 4 consecutive columns (16-byte loads and stores when k allows; chunk is a
+// multiple of 32, so the 4 never straddle a chunk). blockIdx.y walks the rows: no per-element
+// 64-bit division by k.
 __global__ void split_3xtf32_kernel(const float* __restrict__ src, float* __restrict__ dst,
                                     int64_t rows, int64_t k, int64_t k_padded, int chunk,
                                     SplitOrder order) {
   const bool hi_first = order == SplitOrder::kHiFirst;
+  const bool vector_loads = k % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const float* s = src + row * k;
     float* d = dst + row * 2 * k_padded;
-    for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < k_padded;
-         col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      const float v = col < k ? s[col] : 0.0f;
-      const float hi = round_to_tf32(v);
-      const float lo = v - hi;  // exact in float32
-      const int64_t c = col / chunk;
-      float* out = d + c * 2 * chunk + (col - c * chunk);
-      out[0] = hi_first ? hi : lo;
-      out[chunk] = hi_first ? lo : hi;
+    for (int64_t col = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
+         col < k_padded; col += 4 * static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float4 v;
+      if (vector_loads && col < k) {
+        v = *reinterpret_cast<const float4*>(s + col);
+      } else {
+        v.x = col < k ? s[col] : 0.0f;
+        v.y = col + 1 < k ? s[col + 1] : 0.0f;
+        v.z = col + 2 < k ? s[col + 2] : 0.0f;
+        v.w = col + 3 < k ? s[col + 3] : 0.0f;
+      }
+      const HiLo a = split_value(v.x), b = split_value(v.y), c = split_value(v.z),
+                 e = split_value(v.w);
+      const float4 hi = {a.hi, b.hi, c.hi, e.hi};
+      const float4 lo = {a.lo, b.lo, c.lo, e.lo};
+      const int64_t chunk_index = col / chunk;
+      float* out = d + chunk_index * 2 * chunk + (col - chunk_index * chunk);
+      *reinterpret_cast<float4*>(out) = hi_first ? hi : lo;
+      *reinterpret_cast<float4*>(out + chunk) = hi_first ? lo : hi;
     }
   }
 }
@@ -94,24 +114,13 @@ at::Tensor split_3xtf32(const at::Tensor& src, SplitOrder order, int64_t chunk) 
   const int64_t k_padded = ceil_div(k, chunk) * chunk;
   at::Tensor dst = at::empty({rows, 2 * k_padded}, src.options());
   if (rows == 0 || k_padded == 0) return dst;
-  dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div(k_padded, kSplitThreads), 64)),
+  dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div(k_padded, 4 * kSplitThreads), 64)),
             static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   split_3xtf32_kernel<<<grid, kSplitThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
       src.data_ptr<float>(), dst.data_ptr<float>(), rows, k, k_padded, static_cast<int>(chunk),
       order);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return dst;
-}
-
-// y[e] = sum over p of partial[p][e], in order: the float32 promotion of the parallel path.
-__global__ void sum_partials_kernel(const float* __restrict__ partial, float* __restrict__ y,
-                                    int64_t parts, int64_t elements) {
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < elements;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float sum = 0.0f;
-    for (int64_t p = 0; p < parts; ++p) sum += partial[p * elements + e];
-    y[e] = sum;
-  }
 }
 
 cudaDataType_t cuda_type(at::ScalarType t) {
@@ -154,19 +163,6 @@ class MathModeGuard {
   cublasMath_t saved_;
 };
 
-// Strided-batched TF32 GEMMs, one per chunk: partial[b] = x'_b . W'_b^T over k columns,
-// with x'_b = x_split + x_offset + b * 2 * chunk (likewise W').
-void batched_chunk_gemm(cublasHandle_t handle, const float* w, const float* x, float* partial,
-                        int64_t m, int64_t n, int64_t k, int64_t ld, int64_t chunk,
-                        int64_t chunks) {
-  const float alpha = 1.0f, beta = 0.0f;
-  TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-      static_cast<int>(k), &alpha, w, CUDA_R_32F, static_cast<int>(ld), 2 * chunk, x, CUDA_R_32F,
-      static_cast<int>(ld), 2 * chunk, &beta, partial, CUDA_R_32F, static_cast<int>(n), m * n,
-      static_cast<int>(chunks), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
-}
-
 void linear_nt_3xtf32(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y) {
   const int64_t m = x.size(0), n = weight.size(0);
   const int64_t chunk = chunk_size();
@@ -180,19 +176,6 @@ void linear_nt_3xtf32(const at::Tensor& x, const at::Tensor& weight, at::Tensor&
   const float* x_hi_lo = x_split.data_ptr<float>();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   MathModeGuard math(handle, CUBLAS_DEFAULT_MATH);
-  if (chunks > 1 && m * n <= kMaxParallelChunkOutputs) {
-    at::Tensor partial = at::empty({2 * chunks, m, n}, y.options());
-    float* cross = partial.data_ptr<float>();
-    float* main = cross + chunks * m * n;
-    batched_chunk_gemm(handle, w_lo_hi, x_hi_lo, cross, m, n, 2 * chunk, ld, chunk, chunks);
-    batched_chunk_gemm(handle, w_lo_hi + chunk, x_hi_lo, main, m, n, chunk, ld, chunk, chunks);
-    const int threads = 256;
-    sum_partials_kernel<<<std::min<int64_t>(ceil_div(m * n, threads), 65535LL * 8), threads, 0,
-                          at::cuda::getCurrentCUDAStream()>>>(cross, y.data_ptr<float>(),
-                                                              2 * chunks, m * n);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
-  }
   gemm_nt(handle, CUBLAS_COMPUTE_32F_FAST_TF32, w_lo_hi, ld, x_hi_lo, ld, y.data_ptr(), m, n, ld,
           CUDA_R_32F, CUDA_R_32F, /*accumulate=*/false);
   for (int64_t c = 0; c < chunks; ++c) {

@@ -10,6 +10,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "common/checks.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/linear_gemm.h"
@@ -76,6 +78,58 @@ __global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
   }
 }
 
+// The same for float32 y and groups of 4..128 channels (a multiple of 4; the default is 16):
+// each lane owns 4 consecutive channels, loaded once with one 16-byte load and kept in
+// registers through both statistics and the output.
+template <typename scalar_t>
+__global__ void groupnorm_leakyrelu_sum_vec4_kernel(const float* __restrict__ y,
+                                                    const scalar_t* __restrict__ bias,
+                                                    const scalar_t* __restrict__ gamma,
+                                                    const scalar_t* __restrict__ beta,
+                                                    scalar_t* __restrict__ out, int64_t segments,
+                                                    int64_t groups, int group_size, int lanes,
+                                                    float eps, float negative_slope) {
+  const int lane = threadIdx.x % cuda::kWarpSize;
+  const int segments_per_warp = cuda::kWarpSize / lanes;
+  const int quad = lane % lanes;
+  const bool quad_in_group = 4 * quad < group_size;
+  const int64_t warp =
+      blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / cuda::kWarpSize;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const float count = static_cast<float>(group_size);
+  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
+    const int64_t segment = first + lane / lanes;
+    const bool active = segment < segments && quad_in_group;
+    const int64_t offset = segment * group_size + 4 * quad;
+    const int64_t channel = active ? (segment % groups) * group_size + 4 * quad : 0;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (active) {
+      const float4 t = *reinterpret_cast<const float4*>(y + offset);
+      v[0] = t.x + static_cast<float>(bias[channel]);
+      v[1] = t.y + static_cast<float>(bias[channel + 1]);
+      v[2] = t.z + static_cast<float>(bias[channel + 2]);
+      v[3] = t.w + static_cast<float>(bias[channel + 3]);
+    }
+    const float mean = cuda::warp_sum(v[0] + v[1] + v[2] + v[3], lanes) / count;
+    float sq = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[e] = active ? v[e] - mean : 0.f;
+      sq += v[e] * v[e];
+    }
+    const float rstd = 1.0f / sqrtf(cuda::warp_sum(sq, lanes) / count + eps);
+    if (active) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float o = v[e] * rstd * static_cast<float>(gamma[channel + e]) +
+                        static_cast<float>(beta[channel + e]);
+        const float leaky = o > 0.f ? o : o * negative_slope;
+        out[offset + e] = static_cast<scalar_t>(leaky + leaky);
+      }
+    }
+  }
+}
+
 at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Tensor& weight,
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
@@ -92,16 +146,29 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   const at::Tensor beta = gn_bias.contiguous();
   const int64_t group_size = hidden / num_groups;
   const int64_t segments = batch * num_groups;
-  const int lanes = lanes_per_segment(group_size);
+  const bool vec4 = x.scalar_type() != at::kDouble && group_size % 4 == 0 &&
+                    group_size <= 4 * cuda::kWarpSize;
+  const int lanes = lanes_per_segment(vec4 ? group_size / 4 : group_size);
   const int64_t warps_needed = ceil_div(segments, cuda::kWarpSize / lanes);
   const int64_t blocks = std::min<int64_t>(ceil_div(warps_needed, kWarpsPerBlock), 65535LL * 32);
+  const int threads = kWarpsPerBlock * cuda::kWarpSize;
+  auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "groupnorm_leakyrelu_sum", [&] {
     using y_t = acc_t<scalar_t>;
-    groupnorm_leakyrelu_sum_kernel<scalar_t, y_t>
-        <<<blocks, kWarpsPerBlock * cuda::kWarpSize, 0, at::cuda::getCurrentCUDAStream()>>>(
-            y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      if (vec4) {
+        groupnorm_leakyrelu_sum_vec4_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
+            y.data_ptr<float>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
             beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups,
-            group_size, lanes, static_cast<y_t>(eps), static_cast<y_t>(negative_slope));
+            static_cast<int>(group_size), lanes, static_cast<float>(eps),
+            static_cast<float>(negative_slope));
+        return;
+      }
+    }
+    groupnorm_leakyrelu_sum_kernel<scalar_t, y_t><<<blocks, threads, 0, stream>>>(
+        y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
+        beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups, group_size,
+        lanes, static_cast<y_t>(eps), static_cast<y_t>(negative_slope));
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
