@@ -130,6 +130,11 @@ void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weigh
   TORCH_CHECK(hidden % num_groups == 0, op,
               ": num_groups must divide hidden_size (out_features of weight), got num_groups=",
               num_groups, ", hidden_size=", hidden);
+  // GroupNorm's own rule: a (sample, group) segment of one value has no variance.
+  TORCH_CHECK(x.sym_size(0) * (hidden / num_groups) != 1, op,
+              ": x must give more than 1 value per group (batch * hidden_size / num_groups), got "
+              "batch 1 with groups of 1 channel (x has shape ", x.sym_sizes(), ", num_groups=",
+              num_groups, ")");
   const std::pair<const char*, const at::Tensor*> per_channel[] = {{"gn_weight", &gn_weight},
                                                                    {"gn_bias", &gn_bias}};
   for (const auto& [name, t] : per_channel) {

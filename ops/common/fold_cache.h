@@ -27,6 +27,7 @@ class FoldCache {
   static FoldCache& instance();
 
   // Returns compute()'s result for (tag, param, sources), from the cache when still valid.
+  // compute() runs under the cache's lock: it must not call back into the cache.
   std::vector<at::Tensor> get_or_compute(const std::string& tag,
                                          const std::vector<at::Tensor>& sources, int64_t param,
                                          const std::function<std::vector<at::Tensor>()>& compute);

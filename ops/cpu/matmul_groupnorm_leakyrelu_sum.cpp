@@ -1,0 +1,93 @@
+// CPU kernel for model 62 (Matmul_GroupNorm_LeakyReLU_Sum):
+// 2 * leaky_relu(GroupNorm(x W^T + b)).
+//
+// GroupNorm's statistics cover one sample's group of hidden/num_groups consecutive channels,
+// never the batch, so every row of the GEMM output is finished on its own.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/checks.h"
+#include "cpu/cpu_helpers.h"
+
+namespace fusedops {
+namespace {
+
+// For every row of y (batch, channels) and every group of group_size channels: mean and
+// biased variance (two passes, double), normalize, per-channel affine, leaky ReLU, doubled.
+// out may alias y: each element is read before it is written.
+template <typename scalar_t>
+void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, int64_t channels,
+                             int64_t num_groups, const at::opmath_type<scalar_t>* gamma,
+                             const at::opmath_type<scalar_t>* beta, double eps,
+                             double negative_slope, scalar_t* out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t group_size = channels / num_groups;
+  const acc_t slope = static_cast<acc_t>(negative_slope);
+  at::parallel_for(0, batch, cpu::grain_for(channels), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      for (int64_t g = 0; g < num_groups; ++g) {
+        const int64_t first = g * group_size;
+        const acc_t* y_group = y + i * channels + first;
+        scalar_t* out_group = out + i * channels + first;
+        double sum = 0.0;
+        for (int64_t c = 0; c < group_size; ++c) sum += static_cast<double>(y_group[c]);
+        const double mean = sum / static_cast<double>(group_size);
+        double squared_deviation = 0.0;
+        for (int64_t c = 0; c < group_size; ++c) {
+          const double deviation = static_cast<double>(y_group[c]) - mean;
+          squared_deviation += deviation * deviation;
+        }
+        const double variance = squared_deviation / static_cast<double>(group_size);
+        const acc_t shift = static_cast<acc_t>(mean);
+        const acc_t inv_std = static_cast<acc_t>(1.0 / std::sqrt(variance + eps));
+        for (int64_t c = 0; c < group_size; ++c) {
+          const acc_t v = (y_group[c] - shift) * inv_std * gamma[first + c] + beta[first + c];
+          // torch's leaky_relu: v > 0 ? v : v * slope (NaN takes the second branch and stays NaN).
+          const acc_t leaky = v > acc_t(0) ? v : v * slope;
+          out_group[c] = static_cast<scalar_t>(leaky + leaky);
+        }
+      }
+    }
+  });
+}
+
+at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Tensor& weight,
+                                              const at::Tensor& bias, int64_t num_groups,
+                                              const at::Tensor& gn_weight,
+                                              const at::Tensor& gn_bias, double eps,
+                                              double negative_slope) {
+  checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
+  const int64_t batch = x.size(0);
+  const int64_t channels = weight.size(0);
+  const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
+
+  at::Tensor y = at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
+  if (!y.is_contiguous()) y = y.contiguous();
+  // y is a fresh buffer: when the output dtype is the accumulation dtype, write over it.
+  at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, channels}, x.options());
+  const at::Tensor gamma = gn_weight.to(acc_dtype).contiguous();
+  const at::Tensor beta = gn_bias.to(acc_dtype).contiguous();
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "matmul_groupnorm_leakyrelu_sum", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        groupnorm_leakyrelu_sum<scalar_t>(
+            y.const_data_ptr<acc_t>(), batch, channels, num_groups, gamma.const_data_ptr<acc_t>(),
+            beta.const_data_ptr<acc_t>(), eps, negative_slope, out.data_ptr<scalar_t>());
+      });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, CPU, m) {
+  m.impl("matmul_groupnorm_leakyrelu_sum", &matmul_groupnorm_leakyrelu_sum_cpu);
+}
+
+}  // namespace fusedops
