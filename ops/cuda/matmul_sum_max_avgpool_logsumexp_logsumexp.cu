@@ -87,9 +87,10 @@ std::vector<at::Tensor> fold_sum(const at::Tensor& weight, const at::Tensor& bia
 
 constexpr int kRowThreads = 256;
 
-// out[i] = x_i . colsum + bias_sum, one block per row. A row holding inf or NaN takes the
-// unfolded path, sum_j (x_i . w_j + b_j), because folding changes how infinities combine
-// (inf * w_j summed over mixed-sign w_j is NaN, inf * sum_j w_j is not).
+// out[i] = x_i . colsum + bias_sum, one block per row. A row holding inf or NaN, or whose
+// folded result is not finite (inf in the weights, overflow), takes the unfolded path,
+// sum_j (x_i . w_j + b_j), because folding changes how infinities combine (inf * w_j summed
+// over mixed-sign w_j is NaN, inf * sum_j w_j is not).
 template <typename scalar_t>
 __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
                                   const acc_t<scalar_t>* __restrict__ colsum,
@@ -125,9 +126,10 @@ __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
     finite &= cuda::is_finite(v);
     dot += v * colsum[c];
   }
-  if (__syncthreads_and(finite)) {
-    dot = cuda::block_sum(dot, scratch);
-    if (threadIdx.x == 0) out[row] = static_cast<scalar_t>(dot + *bias_sum);
+  const bool x_finite = __syncthreads_and(finite);
+  const acc folded = cuda::block_sum(dot, scratch) + *bias_sum;  // the same in every thread
+  if (x_finite && cuda::is_finite(folded)) {
+    if (threadIdx.x == 0) out[row] = static_cast<scalar_t>(folded);
     return;
   }
   acc total = 0;  // the reference's order of operations: y_j first, then their sum
