@@ -22,14 +22,16 @@ void dim(const char* op, const char* name, const at::Tensor& t, int64_t dim, con
               t.dim(), "-D tensor of shape ", t.sym_sizes());
 }
 
-void same_dtype(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x) {
-  TORCH_CHECK(t.scalar_type() == x.scalar_type(), op, ": ", name,
-              " must have the same dtype as x (", x.scalar_type(), "), got ", t.scalar_type());
+void same_dtype(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref,
+                const char* ref_name) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, " must have the same dtype as ",
+              ref_name, " (", ref.scalar_type(), "), got ", t.scalar_type());
 }
 
-void same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x) {
-  TORCH_CHECK(t.device() == x.device(), op, ": ", name, " must be on the same device as x (",
-              x.device(), "), got ", t.device());
+void same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref,
+                 const char* ref_name) {
+  TORCH_CHECK(t.device() == ref.device(), op, ": ", name, " must be on the same device as ",
+              ref_name, " (", ref.device(), "), got ", t.device());
 }
 
 void vector_of(const char* op, const char* name, const at::Tensor& t, const c10::SymInt& size,
@@ -152,8 +154,8 @@ void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
   floating(op, "bias", bias);
   dim(op, "weight", weight, 2, "(out_features, in_features)");
   vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
-  same_dtype(op, "bias", bias, weight);
-  same_device(op, "bias", bias, weight);
+  same_dtype(op, "bias", bias, weight, "weight");
+  same_device(op, "bias", bias, weight, "weight");
   TORCH_CHECK(pool_kernel_size > 0, op, ": pool_kernel_size must be greater than zero, got ",
               pool_kernel_size);
   TORCH_CHECK(weight.sym_size(0) >= pool_kernel_size, op,
@@ -167,8 +169,8 @@ void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias) {
   floating(op, "bias", bias);
   dim(op, "weight", weight, 2, "(out_features, in_features)");
   vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
-  same_dtype(op, "bias", bias, weight);
-  same_device(op, "bias", bias, weight);
+  same_dtype(op, "bias", bias, weight, "weight");
+  same_device(op, "bias", bias, weight, "weight");
 }
 
 }  // namespace fusedops::checks

@@ -15,8 +15,11 @@ namespace fusedops::checks {
 void floating(const char* op, const char* name, const at::Tensor& t);
 // t.dim() == dim; `layout` names the dims for the message, e.g. "(batch, in_features)".
 void dim(const char* op, const char* name, const at::Tensor& t, int64_t dim, const char* layout);
-void same_dtype(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x);
-void same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x);
+// t has the dtype / device of `ref` (named ref_name in the message: x, or weight for the folds).
+void same_dtype(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref,
+                const char* ref_name = "x");
+void same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref,
+                 const char* ref_name = "x");
 // t is 1-D with `size` elements; `what` says what the size is, e.g. "out_features".
 void vector_of(const char* op, const char* name, const at::Tensor& t, const c10::SymInt& size,
                const char* what);

@@ -1,0 +1,267 @@
+"""The operators themselves: torch.library.opcheck on every op, the fold helpers against a direct
+PyTorch computation, non-finite rows, meta shapes, keyword calls and non-contiguous weights."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusedops
+from fusedops_testing import UNIT_ROUNDOFF, make_input, make_pair, run_trio
+
+ops = torch.ops.fusedops
+
+# opcheck's default utilities plus the static AOT check. Inputs never require grad: autograd is
+# not registered yet (a later issue), and with grad-requiring inputs test_autograd_registration
+# would (correctly) report that. With requires_grad=False inputs every utility below passes.
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
+                 "test_aot_dispatch_static", "test_aot_dispatch_dynamic")
+
+
+def _linear_args(batch, n_in, n_out, dtype, device):
+    x = torch.randn(batch, n_in, dtype=dtype, device=device)
+    w = torch.randn(n_out, n_in, dtype=dtype, device=device) / n_in ** 0.5
+    b = torch.randn(n_out, dtype=dtype, device=device)
+    return x, w, b
+
+
+def _bn_args(n_out, dtype, device):
+    return (torch.rand(n_out, dtype=dtype, device=device) + 0.5,      # bn_weight
+            torch.randn(n_out, dtype=dtype, device=device),           # bn_bias
+            torch.randn(n_out, dtype=dtype, device=device),           # running_mean
+            torch.rand(n_out, dtype=dtype, device=device) + 0.5,      # running_var
+            torch.tensor(3, dtype=torch.long, device=device))         # num_batches_tracked
+
+
+def opcheck_cases(dtype, device):
+    x, w, b = _linear_args(6, 12, 20, dtype, device)
+    scale = torch.randn(20, dtype=dtype, device=device)
+    cases = {
+        "matmul_avgpool_gelu_scale_max": [(x, w, b, 3, 2.0), (x, w, b, 20, -0.5)],
+        "matmul_sum_max_avgpool_logsumexp_logsumexp": [(x, w, b)],
+        "gemm_scale_batchnorm": [
+            (x, w, b, scale, *_bn_args(20, dtype, device), True, 0.1, 1e-5),
+            (x, w, b, scale, *_bn_args(20, dtype, device), True, None, 1e-5),
+            (x, w, b, scale, *_bn_args(20, dtype, device), False, 0.1, 1e-5),
+            (x, w, b, scale[:1], *_bn_args(20, dtype, device), True, 0.1, 1e-3),
+        ],
+        "matmul_groupnorm_leakyrelu_sum": [
+            (x, w, b, 4, torch.randn(20, dtype=dtype, device=device),
+             torch.randn(20, dtype=dtype, device=device), 1e-5, 0.01),
+            (x, w, b, 20, torch.randn(20, dtype=dtype, device=device),
+             torch.randn(20, dtype=dtype, device=device), 1e-5, 0.2),
+        ],
+        "avgpool_fold_linear": [(w, b, 3), (w, b, 7)],
+        "sum_fold_linear": [(w, b)],
+    }
+    return [pytest.param(name, i, id=f"{name}-{i}")
+            for name, args in cases.items() for i in range(len(args))], cases
+
+
+OPCHECK_PARAMS, _ = opcheck_cases(torch.float32, "cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name,index", OPCHECK_PARAMS)
+def test_opcheck(name, index, dtype, device):
+    _, cases = opcheck_cases(dtype, device)
+    args = cases[name][index]
+    result = torch.library.opcheck(getattr(ops, name).default, args, test_utils=OPCHECK_UTILS)
+    assert set(result) == set(OPCHECK_UTILS)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("name,index", OPCHECK_PARAMS)
+def test_autograd_registration_with_grad_inputs(name, index, device):
+    """With inputs that require grad, opcheck's test_autograd_registration checks that the
+    backend kernel does not hand back an output carrying a graph of its *internal* ATen calls
+    (a partial graph: backward would silently give wrong gradients). It passes for an op with no
+    autograd kernel yet as long as the kernel's internals are not recorded."""
+    _, cases = opcheck_cases(torch.float64, device)
+    # x, weight and bias (the running statistics are mutated in place: they never require grad)
+    args = tuple(a.clone().requires_grad_() if isinstance(a, torch.Tensor) and i < 3 else a
+                 for i, a in enumerate(cases[name][index]))
+    result = torch.library.opcheck(getattr(ops, name).default, args,
+                                   test_utils=("test_autograd_registration",))
+    assert result == {"test_autograd_registration": "SUCCESS"}
+
+
+def test_every_schema_is_opchecked():
+    """A new operator added to ops/fusedops.cpp must be added to opcheck_cases too."""
+    housekeeping = {"clear_fold_cache", "fold_cache_misses", "version"}
+    registered = {s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas()
+                  if s.name.startswith("fusedops::")}
+    _, cases = opcheck_cases(torch.float32, "cpu")
+    assert registered - housekeeping == set(cases)
+
+
+def test_version_matches_package():
+    assert ops.version() == fusedops.__version__
+    assert isinstance(ops.fold_cache_misses(), int)
+
+
+# ---- fold helpers --------------------------------------------------------------------------
+
+FOLD_TOL = {torch.float64: dict(rtol=1e-12, atol=1e-14), torch.float32: dict(rtol=1e-5, atol=1e-6)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("n_out,n_in,k", [(1000, 1023, 7), (1023, 64, 16), (1000, 33, 3),
+                                          (1023, 1023, 3), (50, 17, 1), (50, 17, 50), (8, 5, 3)])
+def test_avgpool_fold_linear(n_out, n_in, k, dtype, device):
+    w = torch.randn(n_out, n_in, dtype=dtype, device=device)
+    b = torch.randn(n_out, dtype=dtype, device=device)
+    pw, pb = ops.avgpool_fold_linear(w, b, k)
+    # Direct: AvgPool1d (floor mode: the last n_out % k rows are dropped) along the out dim,
+    # in float64.
+    expected_w = F.avg_pool1d(w.double().t().unsqueeze(0), k).squeeze(0).t()
+    expected_b = F.avg_pool1d(b.double().view(1, 1, -1), k).view(-1)
+    assert pw.shape == (n_out // k, n_in) and pb.shape == (n_out // k,)
+    assert pw.dtype == dtype and pb.dtype == dtype
+    assert pw.device == w.device and pb.device == b.device
+    torch.testing.assert_close(pw, expected_w.to(dtype), **FOLD_TOL[dtype])
+    torch.testing.assert_close(pb, expected_b.to(dtype), **FOLD_TOL[dtype])
+    # and the algebra the op rests on: pool(x W^T + b) == x pooled_W^T + pooled_b
+    x = torch.randn(4, n_in, dtype=torch.float64, device=device)
+    y = F.avg_pool1d(F.linear(x, w.double(), b.double()).unsqueeze(1), k).squeeze(1)
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    torch.testing.assert_close(F.linear(x, pw.double(), pb.double()), y, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("n_out,n_in", [(1000, 1023), (1023, 1000), (8192, 3), (1, 1), (5, 17)])
+def test_sum_fold_linear(n_out, n_in, dtype, device):
+    w = torch.randn(n_out, n_in, dtype=dtype, device=device)
+    b = torch.randn(n_out, dtype=dtype, device=device)
+    colsum, bsum = ops.sum_fold_linear(w, b)
+    assert colsum.shape == (n_in,) and bsum.shape == ()
+    assert colsum.dtype == dtype and bsum.dtype == dtype
+    expected_c = w.double().sum(0)
+    expected_b = b.double().sum()
+    # a sum of n_out terms: allow a few roundings of the sum of magnitudes
+    atol_c = 4 * UNIT_ROUNDOFF[dtype] * n_out ** 0.5 * w.double().abs().sum(0).max().item()
+    atol_b = 4 * UNIT_ROUNDOFF[dtype] * n_out ** 0.5 * b.double().abs().sum().item()
+    torch.testing.assert_close(colsum.double(), expected_c, rtol=0, atol=max(atol_c, 1e-300))
+    torch.testing.assert_close(bsum.double(), expected_b, rtol=0, atol=max(atol_b, 1e-300))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_fold_helpers_reduced_precision(dtype, device):
+    w = torch.randn(1000, 64, dtype=dtype, device=device)
+    b = torch.randn(1000, dtype=dtype, device=device)
+    pw, pb = ops.avgpool_fold_linear(w, b, 7)
+    expected = F.avg_pool1d(w.double().t().unsqueeze(0), 7).squeeze(0).t()
+    assert pw.dtype == dtype
+    # accumulated in float32: at most ~one rounding of the result
+    u = UNIT_ROUNDOFF[dtype]
+    torch.testing.assert_close(pw.double(), expected, rtol=2 * u, atol=2 * u)
+    colsum, bsum = ops.sum_fold_linear(w, b)
+    expected_c = w.double().sum(0)
+    atol = 2 * u * expected_c.abs().max().item() + 1e-3
+    torch.testing.assert_close(colsum.double(), expected_c, rtol=2 * u, atol=atol)
+    torch.testing.assert_close(bsum.double(), b.double().sum(), rtol=2 * u,
+                               atol=2 * u * b.double().abs().sum().item())
+
+
+# ---- non-finite inputs ---------------------------------------------------------------------
+
+def _nonfinite_x(n_in, dtype, device):
+    x = make_input((8, n_in), "randn", dtype=dtype, device=device)
+    inf, nan = float("inf"), float("nan")
+    x[1, 3] = inf
+    x[2, 0] = -inf
+    x[3, n_in - 1] = nan
+    x[4, 1] = inf
+    x[4, 2] = -inf
+    x[5, :] = inf
+    x[6, :] = nan
+    return x  # rows 0 and 7 stay finite
+
+
+def assert_same_nonfinite_pattern(out, expected):
+    assert out.shape == expected.shape
+    assert torch.equal(torch.isnan(out), torch.isnan(expected)), (out, expected)
+    assert torch.equal(torch.isposinf(out), torch.isposinf(expected)), (out, expected)
+    assert torch.equal(torch.isneginf(out), torch.isneginf(expected)), (out, expected)
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(out[finite], expected[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("weights", ["default-init", "positive"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("key,args", [("98", (40, 60, 4, 2.0)), ("98", (40, 61, 3, -1.5)),
+                                      ("18", (40, 60)), ("18", (40, 1))],
+                         ids=["98", "98-negscale", "18", "18-out1"])
+def test_nonfinite_rows(key, args, dtype, weights, device):
+    """A row of x holding inf or nan gives the reference's inf/nan pattern: with mixed-sign
+    weights +inf * w makes +inf and -inf outputs whose sum/mean is nan; with positive weights
+    the infinities survive."""
+    ref, new = make_pair(key, args, device=device, dtype=dtype)
+    if weights == "positive":
+        with torch.no_grad():
+            for m in (ref, new):
+                lin = m.matmul if key == "98" else m.linear
+                lin.weight.abs_()
+    x = _nonfinite_x(args[0], dtype, device)
+    with torch.no_grad():
+        out, expected = new(x), ref(x)
+    assert_same_nonfinite_pattern(out, expected)
+
+
+# ---- meta shapes, keyword calls, non-contiguous weights -------------------------------------
+
+@pytest.mark.parametrize("key,args", [("98", (12, 20, 3, 2.0)), ("18", (12, 20)),
+                                      ("39", (12, 20, (20,))), ("62", (12, 20, 4))],
+                         ids=["98", "18", "39", "62"])
+def test_meta_shapes_match_reference(key, args):
+    ref, new = make_pair(key, args)
+    ref.to("meta")
+    new.to("meta")
+    for batch in (0, 1, 7):
+        if key == "39" and batch == 1:
+            continue
+        x = torch.empty(batch, args[0], device="meta")
+        expected = ref(x)
+        out = new(x)
+        assert out.shape == expected.shape and out.dtype == expected.dtype
+        assert out.device.type == "meta"
+
+
+def test_keyword_arguments(device):
+    x, w, b = _linear_args(5, 12, 20, torch.float64, device)
+    out = ops.matmul_avgpool_gelu_scale_max(x=x, weight=w, bias=b, pool_kernel_size=3,
+                                            scale_factor=2.0)
+    expected = (F.gelu(F.avg_pool1d(F.linear(x, w, b).unsqueeze(1), 3).squeeze(1)) * 2.0).max(1)
+    torch.testing.assert_close(out, expected.values, rtol=1e-9, atol=1e-10)
+
+
+def _strided(t):
+    """The same values with non-unit strides: a transposed copy transposed back (2-D) or every
+    other element of a twice-as-long vector (1-D)."""
+    if t.dim() == 2:
+        return t.t().contiguous().t()
+    wide = torch.empty(2 * t.numel(), dtype=t.dtype, device=t.device)
+    wide[::2] = t
+    return wide[::2]
+
+
+@pytest.mark.parametrize("key,args", [("98", (33, 50, 4, 2.0)), ("18", (33, 50)),
+                                      ("39", (33, 50, (50,))), ("62", (33, 50, 5))],
+                         ids=["98", "18", "39", "62"])
+def test_noncontiguous_parameters(key, args, device):
+    """Parameters with non-unit strides (as after a transpose or a slice) are accepted by the
+    reference, so by ModelNew too."""
+    ref, new = make_pair(key, args, device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for name, p in list(new.named_parameters()):
+            if p.dim() >= 1 and p.numel() > 1:
+                mod_name, _, attr = name.rpartition(".")
+                mod = new.get_submodule(mod_name) if mod_name else new
+                setattr(mod, attr, torch.nn.Parameter(_strided(p.detach().clone())))
+    assert not dict(new.named_parameters())[
+        {"98": "matmul", "18": "linear", "39": "gemm", "62": "fc"}[key] + ".weight"
+    ].is_contiguous()
+    for mode in (["train", "eval"] if key == "39" else ["eval"]):
+        ref.train(mode == "train")
+        new.train(mode == "train")
+        x = make_input((16, args[0]), "randn", dtype=torch.float64, device=device)
+        out, expected, _, _ = run_trio(ref, new, x)
+        torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-10)
