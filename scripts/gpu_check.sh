@@ -9,11 +9,14 @@ OUT="${OUT:-$ROOT/out}"; mkdir -p "$OUT"
 export FUSEDOPS_SKIP_APT=1                      # the GPU machine has no registry access
 export FUSEDOPS_PYTHON="${FUSEDOPS_PYTHON:-python3}"  # its preinstalled torch 2.11.0+cu130
 export FUSEDOPS_CMAKE_ARGS="-DFUSEDOPS_CUDA_ARCHITECTURES=90 ${FUSEDOPS_CMAKE_ARGS:-}"
-# The GPU machine's PATH puts a custom g++ (/opt/gcc) first whose libstdc++ pieces end up inside
-# libfusedops and crash ostream formatting inside torch's process (seen as a SIGSEGV in
-# std::ostream::_M_insert<long> from TORCH_CHECK messages): build with the system compiler.
+# The GPU machine sets CC/CXX/CUDAHOSTCXX to a toolchain in /opt/gcc whose library folder holds
+# only a static libstdc++: linked into libfusedops, that second copy of the C++ runtime crashed
+# every TORCH_CHECK message that formats an integer (SIGSEGV in num_put, inside torch's
+# process). Build with the system compilers, which link the shared libstdc++ torch uses.
 if [[ -x /usr/bin/g++ ]]; then
-  FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++"
+  unset CC CXX CUDAHOSTCXX
+  FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++"
+  FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++"
 fi
 export FUSEDOPS_BUILD_DIR="$ROOT/build-gpu"
 export FUSEDOPS_LIBRARY="$FUSEDOPS_BUILD_DIR/libfusedops.so"
@@ -32,7 +35,12 @@ step() {  # step NAME LOG command...
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+rm -rf "$FUSEDOPS_BUILD_DIR"  # a clean build every time: the numbers below belong to this tree
 step build build.log "$ROOT/scripts/build.sh" "$FUSEDOPS_BUILD_DIR"
+if ! objdump -p "$FUSEDOPS_LIBRARY" | grep -q "NEEDED.*libstdc++"; then
+  echo "libfusedops does not link the shared libstdc++ (static C++ runtime): see above" >&2
+  status[build]=1
+fi
 # pytest-xdist, where installed (it is on the GPU machine), spreads the suite over 8 workers.
 xdist=(); "$FUSEDOPS_PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 8)
 step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" "${xdist[@]}"
