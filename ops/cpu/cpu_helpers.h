@@ -2,6 +2,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <vector>
@@ -21,14 +23,36 @@ inline int64_t grain_for(int64_t elements_per_index) {
 // The unfolded Linear, x[rows] W^T + b, in x_acc's (the accumulation) dtype: (rows, out).
 // The weight folds of models 98 and 18 reassociate sums, which is exact for finite values but
 // not for inf and NaN (inf * w_a + inf * w_b with mixed signs is NaN unfolded, +-inf folded).
-// Rows whose folded result is not finite are recomputed here, the reference's way.
+// Rows whose folded result is not finite are recomputed here, the reference's way. Plain
+// loops, not a BLAS call: a BLAS kernel's handling of inf/NaN depends on its blocking (seen to
+// differ between machines for the same call), plain IEEE arithmetic does not.
 inline at::Tensor linear_of_rows(const at::Tensor& x_acc, const at::Tensor& weight,
                                  const at::Tensor& bias, const std::vector<int64_t>& rows) {
-  const at::Tensor index =
-      at::tensor(at::ArrayRef<int64_t>(rows), x_acc.options().dtype(at::kLong));
-  const at::Tensor x_rows = x_acc.index_select(0, index);
   const at::ScalarType acc = x_acc.scalar_type();
-  return at::addmm(bias.to(acc), x_rows, weight.to(acc).t()).contiguous();
+  const at::Tensor w = weight.to(acc).contiguous();
+  const at::Tensor b = bias.to(acc).contiguous();
+  const int64_t count = static_cast<int64_t>(rows.size());
+  const int64_t out_features = w.size(0), in_features = w.size(1);
+  at::Tensor y = at::empty({count, out_features}, x_acc.options());
+  AT_DISPATCH_FLOATING_TYPES(acc, "linear_of_rows", [&] {
+    const scalar_t* xp = x_acc.const_data_ptr<scalar_t>();
+    const scalar_t* wp = w.const_data_ptr<scalar_t>();
+    const scalar_t* bp = b.const_data_ptr<scalar_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    at::parallel_for(0, count * out_features, grain_for(in_features), [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        const int64_t q = e / out_features, j = e % out_features;
+        const scalar_t* xr = xp + rows[q] * in_features;
+        const scalar_t* wr = wp + j * in_features;
+        double dot = 0.0;
+        for (int64_t c = 0; c < in_features; ++c) {
+          dot += static_cast<double>(xr[c]) * static_cast<double>(wr[c]);
+        }
+        yp[e] = static_cast<scalar_t>(dot + static_cast<double>(bp[j]));
+      }
+    });
+  });
+  return y;
 }
 
 }  // namespace fusedops::cpu

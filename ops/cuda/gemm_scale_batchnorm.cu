@@ -280,10 +280,10 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   const at::Tensor beta = bn_bias.contiguous();
   const at::Tensor scale_full = scale.expand({batch, n});
   const ScaleView sv{scale_full.stride(0), scale_full.stride(1)};
-  // The running statistics are updated in place, so work on contiguous aliases only.
-  TORCH_CHECK(running_mean.is_contiguous() && running_var.is_contiguous(),
-              "gemm_scale_batchnorm: running_mean and running_var must be contiguous, got strides ",
-              running_mean.strides(), " and ", running_var.strides());
+  // The kernels update the running statistics in place through flat pointers; strided buffers
+  // (a view into a larger tensor) are updated through a contiguous copy, written back below.
+  at::Tensor rm = running_mean.is_contiguous() ? running_mean : running_mean.contiguous();
+  at::Tensor rv = running_var.is_contiguous() ? running_var : running_var.contiguous();
   at::Tensor center = at::empty({n}, y.options());
   at::Tensor mul = at::empty({n}, y.options());
   const int threads = 256;
@@ -314,14 +314,14 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       batch_stats_kernel<scalar_t, y_t><<<ceil_div(n, threads), threads, 0, stream>>>(
           y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, partial_sum, partial_sq,
-          slices, gamma.data_ptr<scalar_t>(), running_mean.data_ptr<scalar_t>(), running_var.data_ptr<scalar_t>(),
+          slices, gamma.data_ptr<scalar_t>(), rm.data_ptr<scalar_t>(), rv.data_ptr<scalar_t>(),
           num_batches_tracked.data_ptr<int64_t>(), momentum.value_or(0.0), !momentum.has_value(),
           eps, center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch, n);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else {
       running_stats_coefficients_kernel<scalar_t, y_t><<<ceil_div(n, threads), threads, 0, stream>>>(
-          gamma.data_ptr<scalar_t>(), running_mean.data_ptr<scalar_t>(),
-          running_var.data_ptr<scalar_t>(), eps, center.data_ptr<y_t>(), mul.data_ptr<y_t>(), n);
+          gamma.data_ptr<scalar_t>(), rm.data_ptr<scalar_t>(), rv.data_ptr<scalar_t>(), eps,
+          center.data_ptr<y_t>(), mul.data_ptr<y_t>(), n);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     int64_t* counter = training ? num_batches_tracked.data_ptr<int64_t>() : nullptr;
@@ -340,6 +340,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
+  if (training && !running_mean.is_same(rm)) running_mean.copy_(rm);
+  if (training && !running_var.is_same(rv)) running_var.copy_(rv);
   return out;
 }
 

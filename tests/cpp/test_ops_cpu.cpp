@@ -213,6 +213,8 @@ TEST_P(OpsCpu, MatmulGroupnormLeakyreluSum) {
     const at::Tensor gamma = at::randn({c.hidden}, dtype());
     const at::Tensor beta = at::randn({c.hidden}, dtype());
     for (int64_t batch : kBatches) {
+      // One value per (sample, group) is rejected, as GroupNorm rejects it (Errors tests).
+      if (batch * (c.hidden / c.groups) == 1) continue;
       for (auto [eps, slope] : {std::pair<double, double>{1e-5, 0.01}, {1e-3, 0.2}}) {
         SCOPED_TRACE(Describe(dtype(), batch,
                               "in=" + std::to_string(c.in) +

@@ -1,0 +1,99 @@
+// `fusedops_app info MODEL.pt`: what the model is, what it holds and where.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <set>
+
+#include "app_error.h"
+#include "commands.h"
+#include "exported_model.h"
+#include "fusedops/fusedops.h"
+#include "tensor_io.h"
+
+namespace fusedops_app {
+
+namespace {
+
+std::string kernel_availability(const std::string& op_name) {
+  const auto op = c10::Dispatcher::singleton().findOp({op_name, ""});
+  if (!op) {
+    return "not registered";
+  }
+  auto yes_no = [&](c10::DispatchKey key) {
+    return op->hasComputedKernelForDispatchKey(key) ? "yes" : "no";
+  };
+  return fmt::format("kernels: CPU {}, CUDA {}", yes_no(c10::DispatchKey::CPU),
+                     yes_no(c10::DispatchKey::CUDA));
+}
+
+void print_tensor_table(const char* title, const std::vector<std::pair<std::string, at::Tensor>>&
+                                               tensors) {
+  int64_t values = 0;
+  size_t name_width = 0;
+  for (const auto& [name, tensor] : tensors) {
+    values += tensor.numel();
+    name_width = std::max(name_width, name.size());
+  }
+  fmt::print("{} ({}, {} values):\n", title, tensors.size(), values);
+  for (const auto& [name, tensor] : tensors) {
+    fmt::print("  {:<{}}  {:<14} {:<9} {}\n", name, name_width, shape_text(tensor.sizes()),
+               dtype_name(tensor.scalar_type()), tensor.device().str());
+  }
+}
+
+}  // namespace
+
+CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "info", "What an exported model is: its fusedops.json, parameters, buffers and devices");
+  command->add_option("model", options.model, "model.pt written by scripted/export.py")
+      ->required();
+  return command;
+}
+
+int run_info_command(const InfoOptions& options, const c10::Device& device) {
+  ExportedModel model = ExportedModel::load(options.model, device);
+  fmt::print("file        {}\n", model.path().string());
+  if (const auto& metadata = model.metadata()) {
+    std::vector<std::string> batch_free_dims{"B"};
+    for (size_t d = 1; d < metadata->input.shape.size(); ++d) {
+      batch_free_dims.push_back(std::to_string(metadata->input.shape[d]));
+    }
+    fmt::print("model       {} (problem {}, {})\n", metadata->model_name, metadata->problem,
+               metadata->name);
+    fmt::print("operator    {} ({})\n", metadata->op, kernel_availability(metadata->op));
+    fmt::print("init args   {}\n", metadata->init_args.dump());
+    fmt::print("mode        {}\n", metadata->mode);
+    fmt::print("input       [{}] {} (exported with B = {})\n", fmt::join(batch_free_dims, ", "),
+               dtype_name(metadata->input.dtype), metadata->input.shape[0]);
+    fmt::print("output      {} {}\n", shape_text(metadata->output.shape),
+               dtype_name(metadata->output.dtype));
+    fmt::print("exported    on {}, seed {}, fusedops {}, torch {}\n", metadata->device,
+               metadata->seed, metadata->fusedops_version, metadata->torch_version);
+  } else {
+    fmt::print("model       (no {}: not written by scripted/export.py)\n", kMetadataFileName);
+  }
+  fmt::print("this app    fusedops {}, libtorch {}\n", fusedops::version(), TORCH_VERSION);
+
+  std::vector<std::pair<std::string, at::Tensor>> parameters;
+  std::vector<std::pair<std::string, at::Tensor>> buffers;
+  std::set<std::string> devices;
+  for (const auto& parameter : model.module().named_parameters()) {
+    parameters.emplace_back(parameter.name, parameter.value);
+    devices.insert(parameter.value.device().str());
+  }
+  for (const auto& buffer : model.module().named_buffers()) {
+    buffers.emplace_back(buffer.name, buffer.value);
+    devices.insert(buffer.value.device().str());
+  }
+  print_tensor_table("parameters", parameters);
+  print_tensor_table("buffers", buffers);
+  fmt::print("devices     model on [{}] (--device {}); this machine: cpu, {} CUDA GPU(s)\n",
+             fmt::join(devices, ", "), device.str(), torch::cuda::device_count());
+  return kExitOk;
+}
+
+}  // namespace fusedops_app

@@ -1,0 +1,72 @@
+// `fusedops_app run MODEL.pt [--input FILE] [--output FILE]`: one forward, summarized.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "app_error.h"
+#include "commands.h"
+#include "device.h"
+#include "exported_model.h"
+#include "tensor_io.h"
+
+namespace fusedops_app {
+
+CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
+  CLI::App* command =
+      app.add_subcommand("run", "Run a model once on a given or random input and summarize "
+                                "the output");
+  command->add_option("model", options.model, "model.pt written by scripted/export.py")
+      ->required();
+  command->add_option("-i,--input", options.input,
+                      "input tensor file: sample_input.pt from the repository, or torch.save "
+                      "of a tensor (default: torch.rand of the exported shape)");
+  command->add_option("-o,--output", options.output,
+                      "write the output here with torch::pickle_save (Python: torch.load)");
+  command->add_option("-b,--batch", options.batch_size,
+                      "batch of the random input (default: the exported batch)")
+      ->check(CLI::PositiveNumber)
+      ->excludes("--input");
+  command->add_option("--seed", options.seed, "seed of the random input")
+      ->capture_default_str();
+  command->add_option("--values", options.first_values, "how many output values to print")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  return command;
+}
+
+int run_run_command(const RunOptions& options, const c10::Device& device) {
+  ExportedModel model = ExportedModel::load(options.model, device);
+  at::Tensor input;
+  if (!options.input.empty()) {
+    input = load_tensor_file(options.input);
+    // Before moving it anywhere: the message should be about the user's tensor.
+    model.check_input(input);
+  } else {
+    const int64_t batch = options.batch_size > 0 ? options.batch_size
+                          : model.metadata()     ? model.metadata()->input.shape[0]
+                                                 : 0;
+    input = model.random_input(batch, options.seed);
+    spdlog::info("random input {} {} (torch.rand, seed {})", shape_text(input.sizes()),
+                 dtype_name(input.scalar_type()), options.seed);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  const at::Tensor output = model.forward(input);
+  synchronize(device);
+  const double elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+  fmt::print("model  {}\n", model.display_name());
+  fmt::print("input  {} {} on {}\n", shape_text(input.sizes()), dtype_name(input.scalar_type()),
+             device.str());
+  fmt::print("output {}\n", summarize_tensor(output, options.first_values));
+  fmt::print("time   {:.3f} ms (first call, includes TorchScript's warm-up)\n", elapsed_ms);
+  if (!options.output.empty()) {
+    save_tensor_file(output, options.output);
+    spdlog::info("wrote the output to {}", options.output);
+  }
+  return kExitOk;
+}
+
+}  // namespace fusedops_app

