@@ -41,9 +41,18 @@ if ! objdump -p "$FUSEDOPS_LIBRARY" | grep -q "NEEDED.*libstdc++"; then
   echo "libfusedops does not link the shared libstdc++ (static C++ runtime): see above" >&2
   status[build]=1
 fi
-# pytest-xdist, where installed (it is on the GPU machine), spreads the suite over 8 workers.
-xdist=(); "$FUSEDOPS_PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 8)
+# pytest-xdist, where installed (it is on the GPU machine), spreads the suite over 16 workers.
+xdist=(); "$FUSEDOPS_PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 16)
 step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" "${xdist[@]}"
+if [[ "${FUSEDOPS_SKIP_DEPLOY:-0}" != 1 ]]; then
+  # The deployment path on the GPU: export the four models with CUDA at the SPEC sizes, then the
+  # C++ app (no Python) checks them against the reference outputs and times them.
+  step deploy deploy.log bash -c '
+    set -e
+    "$FUSEDOPS_PYTHON" "$0/scripted/export.py" --output "$FUSEDOPS_BUILD_DIR/model_repo" --device cuda
+    FUSEDOPS_APP="$FUSEDOPS_BUILD_DIR/app/fusedops_app" FUSEDOPS_DEVICE=cuda \
+      FUSEDOPS_MODEL_REPOSITORY="$FUSEDOPS_BUILD_DIR/model_repo" bash "$0/docker/entrypoint.sh"' "$ROOT"
+fi
 for tool in memcheck racecheck; do
   step "sanitizer-$tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 3 \
     "$FUSEDOPS_PYTHON" "$ROOT/tests/python/gpu_sanitizer_workload.py"

@@ -9,9 +9,8 @@ from fusedops_testing import UNIT_ROUNDOFF, make_input, make_pair, run_trio
 
 ops = torch.ops.fusedops
 
-# opcheck's default utilities plus the static AOT check. Inputs never require grad: autograd is
-# not registered yet (a later issue), and with grad-requiring inputs test_autograd_registration
-# would (correctly) report that. With requires_grad=False inputs every utility below passes.
+# opcheck's default utilities plus the static AOT check, here with inputs that do not require
+# grad; test_autograd.py runs them all with grad-requiring inputs.
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
                  "test_aot_dispatch_static", "test_aot_dispatch_dynamic")
 
@@ -73,8 +72,8 @@ def test_opcheck(name, index, dtype, device):
 def test_autograd_registration_with_grad_inputs(name, index, device):
     """With inputs that require grad, opcheck's test_autograd_registration checks that the
     backend kernel does not hand back an output carrying a graph of its *internal* ATen calls
-    (a partial graph: backward would silently give wrong gradients). It passes for an op with no
-    autograd kernel yet as long as the kernel's internals are not recorded."""
+    (a partial graph: backward would silently give wrong gradients): the Autograd kernels in
+    ops/autograd/ run the backend kernel below autograd."""
     _, cases = opcheck_cases(torch.float64, device)
     # x, weight and bias (the running statistics are mutated in place: they never require grad)
     args = tuple(a.clone().requires_grad_() if isinstance(a, torch.Tensor) and i < 3 else a

@@ -67,7 +67,8 @@ def test_optimizer_steps(key, optimizer, device):
     opt_ref, opt_new = make(ref.parameters()), make(new.parameters())
     x = x_for(key, device)
     for _ in range(3):
-        # The same gradient for both (autograd through the fused op is a later issue).
+        # The same gradient for both: this test is about following the optimizer's writes
+        # (test_autograd.py compares the gradients themselves).
         for p_ref, p_new in zip(ref.parameters(), new.parameters()):
             g = torch.randn_like(p_ref)
             p_ref.grad = g.clone()

@@ -1,0 +1,91 @@
+// The backward shared by every fusedops autograd kernel: recompute the operator's reference
+// chain with differentiable ATen ops from the saved inputs, and differentiate that.
+//
+// Why recompute: the fused forward never materializes the reference's intermediates (the GEMM
+// output, pooled values, batch statistics), so saving only the op's inputs keeps no
+// (batch, out_features) activation alive between forward and backward; and differentiating the
+// reference's own ATen chain gives exactly the reference's gradient semantics (torch.max's
+// argmax routing, BatchNorm's batch-statistics terms, ...) on every device and dtype, with the
+// backward kernels PyTorch already tunes.
+//
+// Use, in a torch::autograd::Function's backward:
+//   BackwardByRecompute recompute(ctx);                 // from here on the chain is recorded
+//   at::Tensor x = recompute.input(saved[0], 0);        // 0: x's index among the tensor args
+//   ...reference chain from x ... -> out
+//   variable_list grads = recompute.gradients({out}, grad_outputs);
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/autograd.h>
+
+#include <vector>
+
+namespace fusedops::autograd {
+
+// Lives for the whole backward: it sets up the recording of the recomputation (see the
+// guards below) and collects its inputs.
+class BackwardByRecompute {
+ public:
+  explicit BackwardByRecompute(torch::autograd::AutogradContext* ctx)
+      : ctx_(ctx), create_graph_(at::GradMode::is_enabled()) {}
+
+  // A saved input as a starting point of the recomputed chain. `tensor_index` is its position
+  // among the forward's tensor arguments (its autograd edge); its gradient is computed iff the
+  // caller needs it.
+  //
+  // Normally a detached alias, so the recomputation is a private graph that the caller's graph
+  // never sees. Under create_graph the saved tensor itself: the gradients then stay connected to
+  // the caller's graph through every input, and double backward is exact too.
+  at::Tensor input(const at::Tensor& saved, size_t tensor_index) {
+    const bool needed = ctx_->needs_input_grad(tensor_index);
+    at::Tensor start = saved;
+    if (!create_graph_ || (needed && !saved.requires_grad())) {
+      start = saved.detach();
+      if (needed) start.requires_grad_(true);
+    }
+    inputs_.push_back(start);
+    needed_.push_back(needed);
+    return start;
+  }
+
+  // The vector-Jacobian product of the recomputed outputs with grad_outputs (the backward's
+  // incoming gradients, one per output of the op) for every input() in call order: undefined
+  // where the caller does not need it, zeros where the outputs do not depend on it.
+  torch::autograd::variable_list gradients(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& grad_outputs) const {
+    torch::autograd::variable_list wanted;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (needed_[i]) wanted.push_back(inputs_[i]);
+    }
+    torch::autograd::variable_list grads(inputs_.size());
+    if (wanted.empty()) return grads;
+    const torch::autograd::variable_list computed =
+        torch::autograd::grad(outputs, wanted, grad_outputs, /*retain_graph=*/std::nullopt,
+                              create_graph_, /*allow_unused=*/true);
+    size_t next = 0;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (!needed_[i]) continue;
+      const at::Tensor& grad = computed[next++];
+      grads[i] = grad.defined() ? grad : at::zeros_like(inputs_[i]);
+    }
+    return grads;
+  }
+
+ private:
+  torch::autograd::AutogradContext* ctx_;
+  // The grad mode the engine runs backward in, read before record_ below turns it on: it is on
+  // only for backward(create_graph=True), where the gradients must be differentiable too.
+  bool create_graph_;
+  // Grad mode on: the engine runs backward with it off, and the recomputation must be recorded.
+  torch::autograd::AutoGradMode record_{true};
+  // Autocast off: the chain is recomputed in the dtypes of the saved inputs, the dtypes the
+  // forward ran in. A backward() inside an autocast region would otherwise redo the GEMM in
+  // bfloat16/float16, and could move model 98's argmax away from the forward's.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast_{c10::autocast_dispatch_keyset};
+  std::vector<at::Tensor> inputs_;
+  std::vector<bool> needed_;
+};
+
+}  // namespace fusedops::autograd

@@ -1,0 +1,123 @@
+// Autograd for model 39 (Gemm_Scale_BatchNorm).
+//
+// Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), and in
+// eval mode also running_mean and running_var: backward recomputes the reference chain
+// linear -> * scale -> batch_norm and differentiates it, so no (batch, out_features)
+// activation is kept between forward and backward.
+//  - Training mode: batch_norm recomputes the batch statistics and backpropagates through them
+//    exactly as BatchNorm1d does. It is given no running statistics, so the backward never
+//    touches the real ones (the forward already updated them once). They are not saved either:
+//    the forward's own update would invalidate them as saved tensors.
+//  - Eval mode: batch_norm normalizes with the saved running statistics (constants).
+//
+// running_mean, running_var and num_batches_tracked are mutated in place (Tensor(a!) in the
+// schema) and are not differentiable: their gradients are undefined, and since the kernel runs
+// below ADInplaceOrView, this kernel bumps their version counters the way an in-place ATen op
+// does, so autograd notices a later use of a stale saved copy.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "common/checks.h"
+#include "autograd/backward_by_recompute.h"
+#include "fusedops/fusedops.h"
+
+namespace fusedops {
+namespace {
+
+using autograd::BackwardByRecompute;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBatchnormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, const at::Tensor& scale,
+                            const at::Tensor& bn_weight, const at::Tensor& bn_bias,
+                            const at::Tensor& running_mean, const at::Tensor& running_var,
+                            const at::Tensor& num_batches_tracked, bool training,
+                            std::optional<double> momentum, double eps) {
+    if (training) {
+      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias});
+    } else {
+      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, running_mean,
+                              running_var});
+    }
+    ctx->saved_data["training"] = training;
+    ctx->saved_data["eps"] = eps;
+
+    // The fused kernel, reached through the dispatcher below this Autograd kernel. The handles
+    // are copied only because the API takes the mutated tensors by non-const reference.
+    at::Tensor mean_to_update = running_mean;
+    at::Tensor var_to_update = running_var;
+    at::Tensor count_to_update = num_batches_tracked;
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      out = fusedops::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias,
+                                           mean_to_update, var_to_update, count_to_update,
+                                           training, momentum, eps);
+    }
+    if (training) {
+      torch::autograd::impl::bump_version(running_mean);
+      torch::autograd::impl::bump_version(running_var);
+      torch::autograd::impl::bump_version(num_batches_tracked);
+    }
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const bool training = ctx->saved_data["training"].toBool();
+    const double eps = ctx->saved_data["eps"].toDouble();
+
+    BackwardByRecompute recompute(ctx);
+    const at::Tensor x = recompute.input(saved[0], 0);
+    const at::Tensor weight = recompute.input(saved[1], 1);
+    const at::Tensor bias = recompute.input(saved[2], 2);
+    const at::Tensor scale = recompute.input(saved[3], 3);
+    const at::Tensor bn_weight = recompute.input(saved[4], 4);
+    const at::Tensor bn_bias = recompute.input(saved[5], 5);
+    // The running statistics are constants of the eval-mode chain (never differentiated).
+    const at::Tensor running_mean = training ? at::Tensor() : saved[6].detach();
+    const at::Tensor running_var = training ? at::Tensor() : saved[7].detach();
+
+    // The reference's forward, op for op (Model39 in models/fusedops/reference.py). Momentum
+    // only weighs a running-statistics update, and the recomputation makes none.
+    const at::Tensor z = at::linear(x, weight, bias) * scale;
+    const bool cudnn_enabled = at::globalContext().userEnabledCuDNN();  // as F.batch_norm
+    const at::Tensor out = at::batch_norm(z, bn_weight, bn_bias, running_mean, running_var,
+                                          training, /*momentum=*/0.0, eps, cudnn_enabled);
+
+    const variable_list grads = recompute.gradients({out}, grad_outputs);
+    // x, weight, bias, scale, bn_weight, bn_bias, then the running statistics, the batch count
+    // and the three non-tensor arguments.
+    return {grads[0],     grads[1],     grads[2],     grads[3],     grads[4],    grads[5],
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& weight,
+                                         const at::Tensor& bias, const at::Tensor& scale,
+                                         const at::Tensor& bn_weight, const at::Tensor& bn_bias,
+                                         at::Tensor& running_mean, at::Tensor& running_var,
+                                         at::Tensor& num_batches_tracked, bool training,
+                                         std::optional<double> momentum, double eps) {
+  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
+  // undefined tensor has no device) before the kernel's own message.
+  checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
+                               running_var, num_batches_tracked, training);
+  return GemmScaleBatchnormFunction::apply(x, weight, bias, scale, bn_weight, bn_bias,
+                                           running_mean, running_var, num_batches_tracked,
+                                           training, momentum, eps);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, Autograd, m) {
+  m.impl("gemm_scale_batchnorm", &gemm_scale_batchnorm_autograd);
+}
+
+}  // namespace fusedops

@@ -1,0 +1,96 @@
+// Autograd for model 18 (Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp) and its fold helper.
+//
+// matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight and bias: backward recomputes the
+// reference chain linear -> sum(dim=1) -> max -> mean -> logsumexp -> logsumexp and
+// differentiates it, so no (batch, out_features) activation is kept between forward and
+// backward. The tail acts on a size-1 dim and its gradient is the identity for a finite sum;
+// it is recomputed anyway (on (batch, 1) tensors: free) so that a row whose sum is +-inf or
+// NaN gets the reference's NaN gradient from logsumexp, not a silently finite one.
+//
+// sum_fold_linear saves weight and bias: it is linear in them (column sums, bias sum).
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+#include "autograd/backward_by_recompute.h"
+#include "fusedops/fusedops.h"
+
+namespace fusedops {
+namespace {
+
+using autograd::BackwardByRecompute;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
+    : public torch::autograd::Function<MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+    ctx->save_for_backward({x, weight, bias});
+    // The fused kernel, reached through the dispatcher below this Autograd kernel.
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    BackwardByRecompute recompute(ctx);
+    const at::Tensor x = recompute.input(saved[0], 0);
+    const at::Tensor weight = recompute.input(saved[1], 1);
+    const at::Tensor bias = recompute.input(saved[2], 2);
+    // The reference's forward, op for op (Model18 in models/fusedops/reference.py).
+    at::Tensor out = at::linear(x, weight, bias).sum(1, /*keepdim=*/true);
+    out = std::get<0>(out.max(1, /*keepdim=*/true));
+    out = out.mean(1, /*keepdim=*/true);
+    out = out.logsumexp(1, /*keepdim=*/true);
+    out = out.logsumexp(1, /*keepdim=*/true);
+    return recompute.gradients({out}, grad_outputs);
+  }
+};
+
+class SumFoldLinearFunction : public torch::autograd::Function<SumFoldLinearFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& weight,
+                               const at::Tensor& bias) {
+    ctx->save_for_backward({weight, bias});
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [column_sums, bias_sum] = fusedops::sum_fold_linear(weight, bias);
+    return {column_sums, bias_sum};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    BackwardByRecompute recompute(ctx);
+    const at::Tensor weight = recompute.input(saved[0], 0);
+    const at::Tensor bias = recompute.input(saved[1], 1);
+    return recompute.gradients({weight.sum(0), bias.sum()}, grad_outputs);
+  }
+};
+
+at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor& x,
+                                                               const at::Tensor& weight,
+                                                               const at::Tensor& bias) {
+  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
+  // undefined tensor has no device) before the kernel's own message.
+  checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias);
+}
+
+std::tuple<at::Tensor, at::Tensor> sum_fold_linear_autograd(const at::Tensor& weight,
+                                                            const at::Tensor& bias) {
+  checks::sum_fold_linear(weight, bias);
+  const variable_list folded = SumFoldLinearFunction::apply(weight, bias);
+  return {folded[0], folded[1]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, Autograd, m) {
+  m.impl("matmul_sum_max_avgpool_logsumexp_logsumexp",
+         &matmul_sum_max_avgpool_logsumexp_logsumexp_autograd);
+  m.impl("sum_fold_linear", &sum_fold_linear_autograd);
+}
+
+}  // namespace fusedops
