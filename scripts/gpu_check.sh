@@ -3,6 +3,7 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
+#   FUSEDOPS_GPU_CHECK_SKIP="tests sanitizer deploy bench"   leave steps out (one lease is short)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"; mkdir -p "$OUT"
@@ -43,8 +44,9 @@ if ! objdump -p "$FUSEDOPS_LIBRARY" | grep -q "NEEDED.*libstdc++"; then
 fi
 # pytest-xdist, where installed (it is on the GPU machine), spreads the suite over 16 workers.
 xdist=(); "$FUSEDOPS_PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 16)
-step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" "${xdist[@]}"
-if [[ "${FUSEDOPS_SKIP_DEPLOY:-0}" != 1 ]]; then
+skip() { [[ " ${FUSEDOPS_GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
+skip tests || step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" "${xdist[@]}"
+if ! skip deploy; then
   # The deployment path on the GPU: export the four models with CUDA at the SPEC sizes, then the
   # C++ app (no Python) checks them against the reference outputs and times them.
   step deploy deploy.log bash -c '
@@ -54,10 +56,10 @@ if [[ "${FUSEDOPS_SKIP_DEPLOY:-0}" != 1 ]]; then
       FUSEDOPS_MODEL_REPOSITORY="$FUSEDOPS_BUILD_DIR/model_repo" bash "$0/docker/entrypoint.sh"' "$ROOT"
 fi
 for tool in memcheck racecheck; do
-  step "sanitizer-$tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+  skip sanitizer || step "sanitizer-$tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 3 \
     "$FUSEDOPS_PYTHON" "$ROOT/tests/python/gpu_sanitizer_workload.py"
 done
-if [[ "${FUSEDOPS_SKIP_BENCH:-0}" != 1 ]]; then
+if ! skip bench; then
   step bench bench.log "$FUSEDOPS_PYTHON" "$ROOT/bench/bench.py" --json "$OUT/bench.json" "$@"
 fi
 
