@@ -99,7 +99,6 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
     new.load_state_dict(ref.state_dict())
     ref64 = copy.deepcopy(ref).double()
     ref, new = ref.to(dtype), new.to(dtype)
-    scripted = torch.jit.script(new)
     in_bytes = batch * init_args[prob.in_features_index] * torch.finfo(dtype).bits // 8
     n_inputs = max(2, min(64, math.ceil(L2_FLUSH_BYTES / max(in_bytes, 1))))
     inputs = [prob.make_input(batch, init_args, dist="rand", dtype=dtype, device="cuda")
@@ -109,6 +108,7 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
     train = key == "39" and batch > 1
     for mod in (ref, new, ref64):
         mod.train(train)
+    scripted = torch.jit.script(new)  # after train()/eval(): the scripted copy keeps the mode
 
     with torch.no_grad():
         ref_out = ref64(inputs[0].double())

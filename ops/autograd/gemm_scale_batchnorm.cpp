@@ -105,6 +105,23 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                          at::Tensor& running_mean, at::Tensor& running_var,
                                          at::Tensor& num_batches_tracked, bool training,
                                          std::optional<double> momentum, double eps) {
+  if (!autograd::needs_autograd({x, weight, bias, scale, bn_weight, bn_bias})) {
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      out = fusedops::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias,
+                                           running_mean, running_var, num_batches_tracked,
+                                           training, momentum, eps);
+    }
+    if (training) {
+      // As in the recorded path: the in-place update of the statistics is a new version
+      // (inference tensors have no version counter).
+      for (const at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked}) {
+        if (!t->is_inference()) torch::autograd::impl::bump_version(*t);
+      }
+    }
+    return out;
+  }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,

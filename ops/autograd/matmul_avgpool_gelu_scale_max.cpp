@@ -92,6 +92,11 @@ at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at:
                                                   const at::Tensor& bias,
                                                   int64_t pool_kernel_size,
                                                   double scale_factor) {
+  if (!autograd::needs_autograd({x, weight, bias})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
+                                                   scale_factor);
+  }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);

@@ -69,6 +69,11 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
                                                    const at::Tensor& gn_weight,
                                                    const at::Tensor& gn_bias, double eps,
                                                    double negative_slope) {
+  if (!autograd::needs_autograd({x, weight, bias, gn_weight, gn_bias})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
+                                                    gn_bias, eps, negative_slope);
+  }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);

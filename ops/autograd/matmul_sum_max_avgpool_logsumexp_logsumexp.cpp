@@ -72,6 +72,10 @@ class SumFoldLinearFunction : public torch::autograd::Function<SumFoldLinearFunc
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor& x,
                                                                const at::Tensor& weight,
                                                                const at::Tensor& bias) {
+  if (!autograd::needs_autograd({x, weight, bias})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+  }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);

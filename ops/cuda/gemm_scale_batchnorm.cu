@@ -91,8 +91,8 @@ __global__ void batch_stats_kernel(const y_t* __restrict__ y, const scalar_t* __
                                    scalar_t* __restrict__ running_var,
                                    const int64_t* __restrict__ num_batches_tracked,
                                    double momentum, bool cumulative, double eps,
-                                   y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
-                                   int64_t n) {
+                                   bool stats_of_y, y_t* __restrict__ center,
+                                   y_t* __restrict__ mul, int64_t batch, int64_t n) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
   double sum = 0.0, sq = 0.0;
@@ -100,14 +100,19 @@ __global__ void batch_stats_kernel(const y_t* __restrict__ y, const scalar_t* __
     sum += partial_sum[s * n + j];
     sq += partial_sq[s * n + j];
   }
-  const double shift = static_cast<double>(scaled(y, bias, scale, sv, 0, j, n));
+  const double shift = stats_of_y ? static_cast<double>(y[j])
+                                  : static_cast<double>(scaled(y, bias, scale, sv, 0, j, n));
   const double count = static_cast<double>(batch);
   const double mean_shifted = sum / count;
-  const double var = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
-  const double mean = shift + mean_shifted;
+  const double var_of_sums = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
+  const double mean_of_sums = shift + mean_shifted;
+  // The statistics of z, from those of y when the scale is per column (see the moments pass).
+  const double s = stats_of_y ? static_cast<double>(scale[j * sv.col_stride]) : 1.0;
+  const double mean = stats_of_y ? (mean_of_sums + static_cast<double>(bias[j])) * s : mean_of_sums;
+  const double var = stats_of_y ? s * s * var_of_sums : var_of_sums;
   const double invstd = 1.0 / sqrt(var + eps);
-  center[j] = static_cast<y_t>(mean);
-  mul[j] = static_cast<y_t>(invstd * static_cast<double>(gamma[j]));
+  center[j] = static_cast<y_t>(mean_of_sums);
+  mul[j] = static_cast<y_t>(s * invstd * static_cast<double>(gamma[j]));
   const double factor = cumulative ? 1.0 / static_cast<double>(*num_batches_tracked + 1) : momentum;
   const double unbiased = var * count / (count - 1.0);
   running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
@@ -164,7 +169,9 @@ __device__ __forceinline__ void store4(scalar_t* p, const float (&v)[4]) {
   }
 }
 
-template <typename scalar_t>
+// kOfY: the scale is one value per column, so the statistics of z = (y + b) * s follow from
+// those of y (mean_z = (mean_y + b) s, var_z = s^2 var_y) and this pass reads y alone.
+template <typename scalar_t, bool kOfY>
 __global__ void column_moments_vec4_kernel(const float* __restrict__ y,
                                            const scalar_t* __restrict__ bias,
                                            const scalar_t* __restrict__ scale, ScaleView sv,
@@ -184,14 +191,17 @@ __global__ void column_moments_vec4_kernel(const float* __restrict__ y,
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       b[e] = static_cast<float>(bias[j0 + e]);
-      shift[e] = static_cast<double>(scaled(y, bias, scale, sv, 0, j0 + e, n));
+      shift[e] = kOfY ? static_cast<double>(y[j0 + e])
+                      : static_cast<double>(scaled(y, bias, scale, sv, 0, j0 + e, n));
     }
+#pragma unroll 4
     for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
       const float4 t = *reinterpret_cast<const float4*>(y + i * n + j0);
       const float yv[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float z = (yv[e] + b[e]) * static_cast<float>(scale[i * sv.row_stride + (j0 + e) * sv.col_stride]);
+        const float z = kOfY ? yv[e]
+                             : (yv[e] + b[e]) * static_cast<float>(scale[i * sv.row_stride + (j0 + e) * sv.col_stride]);
         const double d = static_cast<double>(z) - shift[e];
         sum[e] += d;
         sq[e] += d * d;
@@ -217,7 +227,8 @@ __global__ void column_moments_vec4_kernel(const float* __restrict__ y,
   }
 }
 
-template <typename scalar_t>
+// kOfY: center is mean_y and mul folds the per-column scale in: out = (y - center) mul + beta.
+template <typename scalar_t, bool kOfY>
 __global__ void normalize_vec4_kernel(const float* __restrict__ y,
                                       const scalar_t* __restrict__ bias,
                                       const scalar_t* __restrict__ scale, ScaleView sv,
@@ -245,7 +256,8 @@ __global__ void normalize_vec4_kernel(const float* __restrict__ y,
     float o[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float z = (yv[e] + b[e]) * static_cast<float>(scale[i * sv.row_stride + (j0 + e) * sv.col_stride]);
+      const float z = kOfY ? yv[e]
+                           : (yv[e] + b[e]) * static_cast<float>(scale[i * sv.row_stride + (j0 + e) * sv.col_stride]);
       o[e] = (z - c[e]) * m[e] + be[e];
     }
     store4(out + i * n + j0, o);
@@ -292,6 +304,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gemm_scale_batchnorm", [&] {
     using y_t = acc_t<scalar_t>;
     const bool vec4 = std::is_same_v<y_t, float> && n % 4 == 0;
+    // One scale value per column ((), (1,), (out,), (1, out)): training statistics of y alone.
+    const bool stats_of_y = vec4 && training && sv.row_stride == 0;
     const scalar_t* scale_ptr = scale_full.data_ptr<scalar_t>();
     if (training) {
       const int slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch, 64)));
@@ -301,9 +315,10 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
       if (vec4) {
         dim3 grid(ceil_div(n, 4 * kQuadsPerBlock), slices);
         dim3 block(kQuadsPerBlock, kStatRowThreads);
-        column_moments_vec4_kernel<scalar_t><<<grid, block, 0, stream>>>(
-            y.data_ptr<float>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, partial_sum, partial_sq,
-            batch, n);
+        auto moments = stats_of_y ? column_moments_vec4_kernel<scalar_t, true>
+                                  : column_moments_vec4_kernel<scalar_t, false>;
+        moments<<<grid, block, 0, stream>>>(y.data_ptr<float>(), bc.data_ptr<scalar_t>(),
+                                            scale_ptr, sv, partial_sum, partial_sq, batch, n);
       } else {
         dim3 grid(ceil_div(n, kStatCols), slices);
         dim3 block(kStatCols, kStatRowThreads);
@@ -316,7 +331,7 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
           y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, partial_sum, partial_sq,
           slices, gamma.data_ptr<scalar_t>(), rm.data_ptr<scalar_t>(), rv.data_ptr<scalar_t>(),
           num_batches_tracked.data_ptr<int64_t>(), momentum.value_or(0.0), !momentum.has_value(),
-          eps, center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch, n);
+          eps, stats_of_y, center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch, n);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else {
       running_stats_coefficients_kernel<scalar_t, y_t><<<ceil_div(n, threads), threads, 0, stream>>>(
@@ -328,7 +343,9 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     if (vec4) {
       const dim3 grid(static_cast<unsigned>(ceil_div(n, 4 * threads)),
                       static_cast<unsigned>(std::min<int64_t>(batch, 1024)));
-      normalize_vec4_kernel<scalar_t><<<grid, threads, 0, stream>>>(
+      auto normalize = stats_of_y ? normalize_vec4_kernel<scalar_t, true>
+                                  : normalize_vec4_kernel<scalar_t, false>;
+      normalize<<<grid, threads, 0, stream>>>(
           y.data_ptr<float>(), bc.data_ptr<scalar_t>(), scale_ptr, sv, center.data_ptr<float>(),
           mul.data_ptr<float>(), beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), batch, n,
           counter);
