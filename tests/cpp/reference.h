@@ -14,18 +14,28 @@
 
 namespace fusedops::testing {
 
+// x W^T + b as elementwise products and a sum, without BLAS: IEEE semantics for inf and NaN.
+// A BLAS kernel may turn inf into NaN where it multiplies zero padding (seen with the CPU
+// GEMM on the GPU machine's Xeon, not on ours), so the non-finite tests compare with this.
+inline at::Tensor linear_without_blas(const at::Tensor& x, const at::Tensor& w,
+                                      const at::Tensor& b) {
+  return (x.unsqueeze(1) * w.unsqueeze(0)).sum(-1) + b;
+}
+
 // Model 98: max_j(scale * gelu(avg_pool1d(x W^T + b, k)))
 inline at::Tensor reference98(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                              int64_t k, double scale) {
-  const at::Tensor y = at::linear(x, w, b);
+                              int64_t k, double scale, bool without_blas = false) {
+  const at::Tensor y = without_blas ? linear_without_blas(x, w, b) : at::linear(x, w, b);
   const at::Tensor pooled = at::avg_pool1d(y.unsqueeze(1), {k}).squeeze(1);
   const at::Tensor s = at::gelu(pooled) * scale;
   return std::get<0>(at::max(s, 1));
 }
 
 // Model 18: sum, then max / mean / logsumexp / logsumexp over the size-1 dim.
-inline at::Tensor reference18(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  at::Tensor s = at::linear(x, w, b).sum(1, /*keepdim=*/true);
+inline at::Tensor reference18(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                              bool without_blas = false) {
+  at::Tensor s = (without_blas ? linear_without_blas(x, w, b) : at::linear(x, w, b))
+                     .sum(1, /*keepdim=*/true);
   s = std::get<0>(at::max(s, 1, /*keepdim=*/true));
   s = s.mean(1, /*keepdim=*/true);
   s = at::logsumexp(s, {1}, /*keepdim=*/true);

@@ -1,7 +1,8 @@
 """The deployment path end to end: scripted/export.py writes a Triton model repository,
 fusedops_app (C++, no Python) inspects, runs, checks and benchmarks it, every misuse is a
 message with exit status 2, and a C++ host outside the repository builds against the
-installed CMake package.
+installed CMake package. Most tests use TorchScript (.pt) alone; the AOTInductor (.pt2)
+section exports two models in both formats (a C++ compile per .pt2, ~20 s each on 2 cores).
 
 Needs a build with the app: $FUSEDOPS_BUILD_DIR (scripts/test.sh sets it) or build/.
 """
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,7 +73,7 @@ def assert_usage_error(result: subprocess.CompletedProcess, *needles: str) -> No
 def model_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("model_repo")
     subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
-                    "--output", str(repo)],
+                    "--formats", "pt", "--output", str(repo)],
                    cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True, text=True)
     return repo
 
@@ -325,12 +327,181 @@ def test_bad_arguments_exit_2():
 def test_runtime_failure_of_the_operator_exits_1(tmp_path):
     """Model 39 in training mode cannot take one sample: the operator's own message."""
     subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
-                    "39", "--mode", "train", "--output", str(tmp_path)],
+                    "39", "--mode", "train", "--formats", "pt", "--output", str(tmp_path)],
                    cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True)
     result = run_app("run", tmp_path / MODEL_NAMES["39"] / "1" / "model.pt", "--batch", 1,
                      expect=1)
     assert "[error] gemm_scale_batchnorm:" in result.stderr
     assert "Traceback" not in result.stderr and "Exception raised from" not in result.stderr
+
+
+# --- AOTInductor packages (.pt2) -----------------------------------------------------------
+
+AOTI_KEYS = ("98", "39")  # scalar arguments and a (B,) output; bool/optional args and buffers
+
+
+def aoti_name(key: str) -> str:
+    return MODEL_NAMES[key] + "_aoti"
+
+
+@pytest.fixture(scope="module")
+def aoti_repo(tmp_path_factory) -> Path:
+    """Two models in both formats. AOTInductor runs the system C++ compiler: when there is
+    none, these tests skip (they also run on the GPU machine, scripts/gpu_check.sh)."""
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        pytest.skip(f"AOTInductor needs a C++ compiler and {compiler} is not on PATH")
+    repo = tmp_path_factory.mktemp("aoti_repo")
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
+                    ",".join(AOTI_KEYS), "--formats", "pt,pt2", "--output", str(repo)],
+                   cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True, text=True)
+    return repo
+
+
+def aoti_file(repo: Path, key: str) -> Path:
+    return repo / aoti_name(key) / "1" / "model.pt2"
+
+
+def test_export_writes_a_torch_aoti_folder_per_model(aoti_repo):
+    assert sorted(p.name for p in aoti_repo.iterdir()) == sorted(
+        [MODEL_NAMES[k] for k in AOTI_KEYS] + [aoti_name(k) for k in AOTI_KEYS])
+    for key in AOTI_KEYS:
+        torchscript_folder, aoti_folder = aoti_repo / MODEL_NAMES[key], aoti_repo / aoti_name(key)
+        assert sorted(p.relative_to(aoti_folder).as_posix() for p in aoti_folder.rglob("*")) == [
+            "1", "1/model.pt2", "config.pbtxt", "reference_output.pt", "sample_input.pt"]
+        # Triton's torch_aoti platform, otherwise the same configuration as the TorchScript one.
+        config = (aoti_folder / "config.pbtxt").read_text()
+        assert f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"\n' in config
+        expected = (torchscript_folder / "config.pbtxt").read_text().replace(
+            f'name: "{MODEL_NAMES[key]}"\nplatform: "pytorch_libtorch"',
+            f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"')
+        assert config == expected
+        # The sample input and reference output are the TorchScript folder's files.
+        for sample in ("sample_input.pt", "reference_output.pt"):
+            assert (aoti_folder / sample).read_bytes() == (torchscript_folder / sample).read_bytes()
+
+
+def test_export_pt2_metadata_and_package(aoti_repo):
+    for key in AOTI_KEYS:
+        package = torch._inductor.aoti_load_package(str(aoti_file(aoti_repo, key)))
+        aoti_metadata = package.get_metadata()
+        assert aoti_metadata["AOTI_DEVICE_KEY"] == "cpu"
+        metadata = json.loads(aoti_metadata["fusedops.json"])
+        problem = fusedops.get_problem(key)
+        assert metadata["model_name"] == aoti_name(key) and metadata["problem"] == key
+        assert metadata["op"] == f"fusedops::{problem.op}" and metadata["mode"] == "eval"
+        assert metadata["input"] == {"shape": [SMALL_BATCH, SMALL_IN_FEATURES],
+                                     "dtype": "float32"}
+        # The package reproduces the reference output, and its batch dimension is free.
+        folder = aoti_repo / aoti_name(key)
+        sample = torch.jit.load(str(folder / "sample_input.pt")).tensor
+        reference = torch.jit.load(str(folder / "reference_output.pt")).tensor
+        torch.testing.assert_close(package(sample), reference, atol=1e-4, rtol=1e-4)
+        scripted = torch.jit.load(str(model_file(aoti_repo, key)))
+        for batch in (1, 5):
+            x = torch.rand(batch, SMALL_IN_FEATURES)
+            with torch.no_grad():
+                torch.testing.assert_close(package(x), scripted(x), atol=1e-5, rtol=1e-5)
+
+
+def test_export_rejects_an_unknown_format(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "scripted.export", "--formats", "pt,onnx",
+                             "--output", str(tmp_path)],
+                            cwd=REPO_ROOT, env=python_env(), capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "unknown format(s) ['onnx']; expected a comma list of ['pt', 'pt2']" in result.stderr
+
+
+def test_check_runs_every_pt_and_pt2(aoti_repo):
+    out = run_app("check", aoti_repo).stdout.splitlines()
+    names = sorted([MODEL_NAMES[k] for k in AOTI_KEYS] + [aoti_name(k) for k in AOTI_KEYS])
+    assert len(out) == len(names)
+    for line, name in zip(out, names):
+        assert line.startswith(f"PASS {name} on cpu ([32, 256] float32"), line
+
+
+def test_check_takes_one_pt2_folder_or_file(aoti_repo):
+    folder = aoti_repo / aoti_name("39")
+    assert run_app("check", folder).stdout.startswith(f"PASS {aoti_name('39')} on cpu")
+    assert run_app("check", folder / "1" / "model.pt2").stdout.startswith(
+        f"PASS {aoti_name('39')} on cpu")
+
+
+def test_info_describes_a_pt2(aoti_repo):
+    out = run_app("info", aoti_file(aoti_repo, "39")).stdout
+    assert "format      AOTInductor package (torch.export), compiled for cpu" in out
+    assert f"{aoti_name('39')} (problem 39, Gemm_Scale_BatchNorm)" in out
+    assert "input       [B, 256] float32 (exported with B = 32)" in out
+    # The package's weights, by the names they have in the module.
+    assert "constants (8, " in out
+    for constant in ("gemm.weight", "bn.running_mean", "bn.num_batches_tracked", "scale "):
+        assert constant in out, constant
+    assert "model on [cpu]" in out
+
+
+def test_run_pt2_at_another_batch_and_on_the_sample(aoti_repo, tmp_path):
+    out = run_app("run", aoti_file(aoti_repo, "98"), "--batch", 1).stdout
+    assert "input  [1, 256] float32 on cpu" in out and "output shape [1]" in out
+    output = tmp_path / "out.pt"
+    folder = aoti_repo / aoti_name("98")
+    run_app("run", aoti_file(aoti_repo, "98"), "--input", folder / "sample_input.pt",
+            "--output", output)
+    reference = torch.jit.load(str(folder / "reference_output.pt")).tensor
+    torch.testing.assert_close(torch.load(output), reference, atol=1e-4, rtol=1e-4)
+
+
+def test_bench_pt2(aoti_repo):
+    out = run_app("bench", aoti_file(aoti_repo, "39"), "--batch", "1,8", "--iters", 5,
+                  "--warmup", 1).stdout
+    assert f"model {aoti_name('39')} on cpu, 5 timed calls" in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
+    assert [row[0] for row in rows] == ["1", "8"]
+    assert all(float(row[5]) > 0 for row in rows)
+
+
+def test_pt2_input_of_the_wrong_width(aoti_repo, tmp_path):
+    x = tmp_path / "x.pt"
+    torch.save(torch.rand(4, 128), x)
+    assert_usage_error(run_app("run", aoti_file(aoti_repo, "98"), "--input", x, expect=None),
+                       "expected [B, 256] float32 (any batch B), got [4, 128] float32")
+
+
+def test_corrupt_pt2(tmp_path):
+    corrupt = tmp_path / "model.pt2"
+    corrupt.write_bytes(b"\x00garbage, not an AOTInductor package")
+    assert_usage_error(run_app("run", corrupt, expect=None),
+                       f"cannot load {corrupt} as an AOTInductor package (.pt2)")
+    assert_usage_error(run_app("info", corrupt, expect=None),
+                       f"cannot load {corrupt} as an AOTInductor package (.pt2)")
+
+
+def with_aoti_device_key(package: Path, device_key: str, destination: Path) -> Path:
+    """A copy of package whose metadata claims it was compiled for device_key (a real CUDA
+    package needs a GPU at export time)."""
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(destination, "w") as copy:
+        for entry in source.infolist():
+            data = source.read(entry)
+            if entry.filename.endswith("wrapper_metadata.json"):
+                metadata = json.loads(data)
+                metadata["AOTI_DEVICE_KEY"] = device_key
+                data = json.dumps(metadata).encode()
+            copy.writestr(entry, data)
+    return destination
+
+
+def test_pt2_compiled_for_cuda_is_refused_on_the_cpu(aoti_repo, tmp_path):
+    claims_cuda = with_aoti_device_key(aoti_file(aoti_repo, "98"), "cuda",
+                                       tmp_path / "model.pt2")
+    assert_usage_error(run_app("run", claims_cuda, "--device", "cpu", expect=None),
+                       f"{claims_cuda} was compiled by AOTInductor for cuda and runs only there, "
+                       "not on --device cpu; use --device cuda")
+
+
+@pytest.mark.cuda
+def test_pt2_compiled_for_the_cpu_is_refused_on_cuda(aoti_repo):
+    assert_usage_error(run_app("run", aoti_file(aoti_repo, "98"), "--device", "cuda",
+                               expect=None),
+                       "was compiled by AOTInductor for cpu and runs only there")
 
 
 # --- linking -------------------------------------------------------------------------------
