@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -27,7 +28,21 @@ inline at::Tensor reference98(const at::Tensor& x, const at::Tensor& w, const at
                               int64_t k, double scale, bool without_blas = false) {
   const at::Tensor y = without_blas ? linear_without_blas(x, w, b) : at::linear(x, w, b);
   const at::Tensor pooled = at::avg_pool1d(y.unsqueeze(1), {k}).squeeze(1);
-  const at::Tensor s = at::gelu(pooled) * scale;
+  at::Tensor gelu = at::gelu(pooled);
+  if (without_blas) {
+    // The exact GELU from std::erf, element by element: ATen's vectorized CPU erf gave
+    // gelu(+inf) = NaN on the GPU machine's Xeon (0 * inf inside its polynomial).
+    at::Tensor p64 = pooled.to(at::kDouble).contiguous();
+    auto acc = p64.accessor<double, 2>();
+    for (int64_t i = 0; i < p64.size(0); ++i) {
+      for (int64_t j = 0; j < p64.size(1); ++j) {
+        const double v = acc[i][j];
+        acc[i][j] = 0.5 * v * (1.0 + std::erf(v * M_SQRT1_2));
+      }
+    }
+    gelu = p64.to(pooled.scalar_type());
+  }
+  const at::Tensor s = gelu * scale;
   return std::get<0>(at::max(s, 1));
 }
 
