@@ -37,7 +37,7 @@ echo "== fusedops: check on $device =="
 
 echo "== fusedops: bench on $device =="
 shopt -s nullglob
-models=("$repo"/*/1/model.pt)
+models=("$repo"/*/1/model.pt "$repo"/*/1/model.pt2)
 if ((${#models[@]} == 0)); then
   echo "no model in $repo" >&2
   exit 2

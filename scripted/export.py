@@ -1,16 +1,29 @@
-"""Exports each fusedops ModelNew as TorchScript into a Triton-style model repository.
+"""Exports each fusedops ModelNew into a Triton-style model repository, as TorchScript (.pt)
+and as a torch.export + AOTInductor package (.pt2).
 
     python -m scripted.export --output model_repo                 # SPEC sizes, all four models
-    python scripted/export.py --sizes small --output /tmp/repo    # CI sizes, seconds on 2 cores
+    python scripted/export.py --sizes small --output /tmp/repo    # CI sizes
+    python scripted/export.py --sizes small --formats pt ...      # TorchScript only (seconds)
 
-Layout (NVIDIA Triton's PyTorch backend, "pytorch_libtorch"):
+Layout (NVIDIA Triton's PyTorch backend: platform "pytorch_libtorch" for model.pt,
+"torch_aoti" for model.pt2; one Triton model folder per artifact):
 
-    <output>/<model>/config.pbtxt          Triton model configuration
+    <output>/<model>/config.pbtxt          platform "pytorch_libtorch"
     <output>/<model>/1/model.pt            torch.jit.script(ModelNew), extra file fusedops.json
-    <output>/<model>/sample_input.pt       one input batch        } TorchScript modules holding
-    <output>/<model>/reference_output.pt   the reference's output } the tensor as buffer "tensor"
+    <output>/<model>_aoti/config.pbtxt     platform "torch_aoti"
+    <output>/<model>_aoti/1/model.pt2      AOTInductor package, metadata entry fusedops.json
+    <output>/<folder>/sample_input.pt      one input batch        } TorchScript modules holding
+    <output>/<folder>/reference_output.pt  the reference's output } the tensor as buffer "tensor"
 
-<model> is fusedops_<problem>_<op>, e.g. fusedops_98_matmul_avgpool_gelu_scale_max.
+<model> is fusedops_<problem>_<op>, e.g. fusedops_98_matmul_avgpool_gelu_scale_max. The sample
+input and reference output are computed once per model and shared by both folders (a hard
+link where the file system allows it, else a copy), so that each folder checks on its own.
+
+The .pt2 holds a shared library that AOTInductor compiled for the export's device type (on the
+CPU with -march=native: for this machine's instruction set); the C++ compile takes 10 to 25 s
+per model at the small sizes on a 2-core machine. Its batch dimension is dynamic
+(torch.export.Dim, any batch >= 1), like the TorchScript model's. With --mode train, model 39's
+package updates the running statistics it holds on each call, as the TorchScript model does.
 
 The sample tensors are TorchScript modules rather than torch.save pickles because
 torch::jit::load reads them in C++ with nothing but libtorch (fusedops_app, the C++ tests)
@@ -23,14 +36,18 @@ hold the trivial mean 0 / var 1 of a fresh BatchNorm), and the reference output 
 in the same mode from the same weights. --mode train exports the benchmark's mode instead
 (batch statistics, running statistics updated on each call).
 
-Loading a model.pt needs the fusedops operators registered: fusedops_app links libfusedops;
-Triton needs LD_PRELOAD=libfusedops.so (app/README.md).
+Loading either artifact needs the fusedops operators registered (the .pt2 calls them through
+the dispatcher too): fusedops_app links libfusedops; Triton needs LD_PRELOAD=libfusedops.so
+(app/README.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +64,12 @@ from fusedops.problems import PROBLEMS, Problem
 EXTRA_FILE_NAME = "fusedops.json"
 # Bumped whenever the keys of the extra file change meaning; fusedops_app checks it.
 METADATA_FORMAT = 1
+
+# Artifacts --formats chooses from: TorchScript and torch.export + AOTInductor.
+FORMATS = ("pt", "pt2")
+# Triton serves one artifact per model folder, so the .pt2 gets a folder of its own.
+AOTI_FOLDER_SUFFIX = "_aoti"
+TRITON_PLATFORMS = {"pt": "pytorch_libtorch", "pt2": "torch_aoti"}
 
 # Small sizes for CI on a 2-core machine: the same structure as SPEC (98 keeps k=16 and
 # a width divisible by it, 62 keeps 16 channels a group), a few ms per model.
@@ -79,6 +102,10 @@ class ExportSpec:
     @property
     def model_name(self) -> str:
         return f"fusedops_{self.problem.key}_{self.problem.op}"
+
+    def folder_name(self, artifact_format: str) -> str:
+        """The Triton model name (and folder) of one artifact of this model."""
+        return self.model_name + (AOTI_FOLDER_SUFFIX if artifact_format == "pt2" else "")
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -161,8 +188,14 @@ def compute_reference_output(reference: torch.nn.Module, x: torch.Tensor,
             reference.to(spec.dtype)
 
 
-def triton_config(spec: ExportSpec, output_shape: tuple[int, ...]) -> str:
-    """config.pbtxt for Triton's PyTorch backend: dims exclude the batch dimension."""
+def triton_config(spec: ExportSpec, output_shape: tuple[int, ...], artifact_format: str) -> str:
+    """config.pbtxt for Triton's PyTorch backend: dims exclude the batch dimension.
+
+    Both platforms take the same INPUT__0 / OUTPUT__0 names (the backend maps <name>__<index>
+    to the forward's positional argument and output). For "torch_aoti" the backend loads
+    <version>/model.pt2 and the package's model named "model", aoti_compile_and_package's
+    default.
+    """
     data_type = TRITON_DATA_TYPES[spec.dtype]
 
     def tensor_entry(name: str, dims: tuple[int, ...]) -> str:
@@ -177,8 +210,8 @@ def triton_config(spec: ExportSpec, output_shape: tuple[int, ...]) -> str:
 
     kind = "KIND_GPU" if spec.device.type == "cuda" else "KIND_CPU"
     return "\n".join([
-        f'name: "{spec.model_name}"',
-        'platform: "pytorch_libtorch"',
+        f'name: "{spec.folder_name(artifact_format)}"',
+        f'platform: "{TRITON_PLATFORMS[artifact_format]}"',
         f"max_batch_size: {spec.batch_size}",
         "input [", tensor_entry("INPUT__0", spec.input_shape[1:]), "]",
         "output [", tensor_entry("OUTPUT__0", output_shape[1:]), "]",
@@ -187,10 +220,11 @@ def triton_config(spec: ExportSpec, output_shape: tuple[int, ...]) -> str:
     ])
 
 
-def model_metadata(spec: ExportSpec, output: torch.Tensor) -> dict:
+def model_metadata(spec: ExportSpec, output: torch.Tensor, artifact_format: str) -> dict:
+    """fusedops.json: inside model.pt as an extra file, inside model.pt2 as a metadata entry."""
     return {
         "format": METADATA_FORMAT,
-        "model_name": spec.model_name,
+        "model_name": spec.folder_name(artifact_format),
         "problem": spec.problem.key,
         "name": spec.problem.name,
         "op": f"fusedops::{spec.problem.op}",
@@ -206,25 +240,77 @@ def model_metadata(spec: ExportSpec, output: torch.Tensor) -> dict:
     }
 
 
-def export_model(spec: ExportSpec, repo: Path) -> Path:
+def save_torchscript(model_new: torch.nn.Module, metadata: dict, path: Path) -> None:
+    torch.jit.save(torch.jit.script(model_new), str(path),
+                   _extra_files={EXTRA_FILE_NAME: json.dumps(metadata, indent=2)})
+    # Read it back: a file torch cannot load must fail here, not in the C++ host.
+    torch.jit.load(str(path), map_location="cpu")
+
+
+def tracing_input(x: torch.Tensor) -> torch.Tensor:
+    """The input torch.export traces with. A batch of one would be specialized (export treats
+    sizes 0 and 1 as constants), so a one-row sample is traced as two identical rows."""
+    return x if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous()
+
+
+def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dict,
+                      path: Path) -> None:
+    """torch.export with a dynamic batch dimension, then AOTInductor compiles the graph into a
+    shared library for x's device, packaged with the weights as model.pt2."""
+    batch = torch.export.Dim("batch", min=1)
+    exported = torch.export.export(model_new, (tracing_input(x),),
+                                   dynamic_shapes={"x": {0: batch}})
+    torch._inductor.aoti_compile_and_package(
+        exported, package_path=str(path),
+        # Carried inside the package: C++ reads it with
+        # AOTIModelPackageLoader::load_metadata_from_package, Python with
+        # torch._inductor.aoti_load_package(path).get_metadata().
+        inductor_configs={"aot_inductor.metadata": {
+            EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
+    # Load it back (this dlopens the compiled library): a package that cannot load must fail
+    # here, not in the C++ host.
+    torch._inductor.aoti_load_package(str(path))
+
+
+def share_file(source: Path, destination: Path) -> None:
+    """destination holds source's bytes: one file under two names where the file system allows
+    (the SPEC-size sample input is 32 MiB), a copy where it does not."""
+    destination.unlink(missing_ok=True)
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
+
+
+def export_model(spec: ExportSpec, repo: Path, formats: list[str]) -> list[tuple[Path, float]]:
+    """Writes one Triton model folder per format; returns each folder and its export seconds."""
     reference, model_new = build_models(spec)
     x = make_sample_input(spec)
     reference_output = compute_reference_output(reference, x, spec)
+    config_output_shape = tuple(reference_output.shape)
 
-    model_dir = repo / spec.model_name
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    scripted = torch.jit.script(model_new)
-    metadata = model_metadata(spec, reference_output)
-    model_path = model_dir / "1" / "model.pt"
-    torch.jit.save(scripted, str(model_path),
-                   _extra_files={EXTRA_FILE_NAME: json.dumps(metadata, indent=2)})
-    # Read it back: a file torch cannot load must fail here, not in the C++ host.
-    torch.jit.load(str(model_path), map_location="cpu")
+    written: list[tuple[Path, float]] = []
+    for artifact_format in formats:
+        start = time.perf_counter()
+        model_dir = repo / spec.folder_name(artifact_format)
+        (model_dir / "1").mkdir(parents=True, exist_ok=True)
+        metadata = model_metadata(spec, reference_output, artifact_format)
+        if artifact_format == "pt":
+            save_torchscript(model_new, metadata, model_dir / "1" / "model.pt")
+        else:
+            save_aoti_package(model_new, x, metadata, model_dir / "1" / "model.pt2")
 
-    save_tensor(x, model_dir / "sample_input.pt")
-    save_tensor(reference_output, model_dir / "reference_output.pt")
-    (model_dir / "config.pbtxt").write_text(triton_config(spec, tuple(reference_output.shape)))
-    return model_dir
+        if not written:
+            save_tensor(x, model_dir / "sample_input.pt")
+            save_tensor(reference_output, model_dir / "reference_output.pt")
+        else:
+            first_dir = written[0][0]
+            for sample in ("sample_input.pt", "reference_output.pt"):
+                share_file(first_dir / sample, model_dir / sample)
+        (model_dir / "config.pbtxt").write_text(
+            triton_config(spec, config_output_shape, artifact_format))
+        written.append((model_dir, time.perf_counter() - start))
+    return written
 
 
 def parse_models(text: str) -> list[str]:
@@ -234,6 +320,15 @@ def parse_models(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown model(s) {unknown or text!r}; expected a comma list of {list(PROBLEMS)}")
     return keys
+
+
+def parse_formats(text: str) -> list[str]:
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise argparse.ArgumentTypeError(
+            f"unknown format(s) {unknown or text!r}; expected a comma list of {list(FORMATS)}")
+    return list(dict.fromkeys(formats))
 
 
 def make_specs(args: argparse.Namespace) -> list[ExportSpec]:
@@ -270,6 +365,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mode", choices=("eval", "train"), default="eval",
                         help="module mode of the export (default: eval, see module docstring)")
+    parser.add_argument("--formats", type=parse_formats, default=list(FORMATS),
+                        help="comma list of artifacts: pt (TorchScript), pt2 (torch.export + "
+                             "AOTInductor, compiles C++: tens of seconds per model) "
+                             "(default: pt,pt2)")
     args = parser.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -287,9 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fusedops {torch.ops.fusedops.version()} ({fusedops.library_path}), "
           f"torch {torch.__version__}")
     for spec in make_specs(args):
-        model_dir = export_model(spec, args.output)
-        print(f"exported {spec.model_name}: input {list(spec.input_shape)} "
-              f"{dtype_name(spec.dtype)} on {spec.device}, {spec.mode} mode -> {model_dir}")
+        for model_dir, seconds in export_model(spec, args.output, args.formats):
+            print(f"exported {model_dir.name}: input {list(spec.input_shape)} "
+                  f"{dtype_name(spec.dtype)} on {spec.device}, {spec.mode} mode, "
+                  f"{seconds:.1f} s -> {model_dir}")
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine: build fusedops (library + C++ app), run the four ModelNew
 # against their reference models (agreement and time per model), export the four models as
-# TorchScript into a Triton-layout model repository, then run the C++ app (no Python) on it:
+# TorchScript (.pt) and AOTInductor (.pt2) into a Triton-layout model repository, then run the
+# C++ app (no Python) on it:
 # `check` against the reference outputs and a short `bench`. GPU when one is visible, else CPU.
 #   scripts/run.sh [--device cpu|cuda] [--sizes spec|small]
 set -euo pipefail

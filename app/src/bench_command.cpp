@@ -49,7 +49,8 @@ std::vector<double> time_forward_ms(ExportedModel& model, const at::Tensor& inpu
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   CLI::App* command = app.add_subcommand(
       "bench", "Latency percentiles and throughput of a model at several batch sizes");
-  command->add_option("model", options.model, "model.pt written by scripted/export.py")
+  command->add_option("model", options.model,
+                      "model.pt or model.pt2 written by scripted/export.py")
       ->required();
   command->add_option("-b,--batch", options.batch_sizes, "comma list of batch sizes")
       ->delimiter(',')

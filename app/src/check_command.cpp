@@ -14,8 +14,8 @@ CLI::App* add_check_command(CLI::App& app, CheckOptions& options) {
       "check", "Run each model of a repository on its sample input and compare with the "
                "reference output (exit status 1 on any mismatch)");
   command->add_option("target", options.target,
-                      "model repository from scripted/export.py, one model folder, or a "
-                      "model.pt inside one")
+                      "model repository from scripted/export.py (every model.pt and "
+                      "model.pt2 in it), one model folder, or one model file")
       ->required();
   command->add_option("--atol", options.atol,
                       "absolute tolerance (default by dtype: float32 1e-4, float16 1e-2, "

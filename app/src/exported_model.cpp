@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <algorithm>
+#include <chrono>
 #include <regex>
 
 #include "app_error.h"
@@ -35,6 +37,44 @@ std::string expected_input_text(const TensorSpec& input) {
 
 c10::DispatchKey dispatch_key_for(const c10::Device& device) {
   return device.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
+}
+
+// The model inside a .pt2 that aoti_compile_and_package writes by default, and the one Triton's
+// torch_aoti platform loads.
+constexpr const char* kAotiPackageModelName = "model";
+// Keys AOTInductor itself writes into every package's metadata.
+constexpr const char* kAotiDeviceKey = "AOTI_DEVICE_KEY";
+constexpr const char* kAotiCpuIsaKey = "AOTI_CPU_ISA";
+constexpr const char* kAotiComputeCapabilityKey = "AOTI_COMPUTE_CAPABILITY";
+
+std::string find_or(const std::unordered_map<std::string, std::string>& map,
+                    const std::string& key, const std::string& fallback) {
+  const auto found = map.find(key);
+  return found == map.end() || found->second.empty() ? fallback : found->second;
+}
+
+// Fail at load, with a message, rather than deep in the dispatcher on the first forward.
+void check_operator_available(const ModelMetadata& metadata, const c10::Device& device,
+                              const std::filesystem::path& path) {
+  const auto op = c10::Dispatcher::singleton().findOp({metadata.op, ""});
+  if (!op) {
+    throw UsageError(fmt::format("{} was exported for operator {}, which this process does "
+                                 "not have; registered: [{}]",
+                                 path.string(), metadata.op,
+                                 fmt::join(registered_fusedops_operators(), ", ")));
+  }
+  if (!op->hasComputedKernelForDispatchKey(dispatch_key_for(device))) {
+    throw UsageError(fmt::format(
+        "{} has no {} kernel in this libfusedops ({}){}; use another --device", metadata.op,
+        c10::DeviceTypeName(device.type()), fusedops::version(),
+        device.is_cuda() ? ", which was built without CUDA (FUSEDOPS_WITH_CUDA=OFF)" : ""));
+  }
+}
+
+void warn_no_metadata(const std::filesystem::path& path) {
+  spdlog::warn("{} has no {}: not exported by scripted/export.py, so its input cannot be "
+               "checked before running",
+               path.string(), kMetadataFileName);
 }
 
 // torch::jit::load's failures, said in terms of what the user can do about them.
@@ -107,22 +147,40 @@ std::vector<std::string> registered_fusedops_operators() {
   return names;
 }
 
-ExportedModel::ExportedModel(std::filesystem::path path, c10::Device device,
-                             torch::jit::Module module, std::optional<ModelMetadata> metadata)
-    : path_(std::move(path)),
-      device_(device),
-      module_(std::move(module)),
-      metadata_(std::move(metadata)) {}
+ModelFormat model_format_of(const std::filesystem::path& path) {
+  return path.extension() == ".pt2" ? ModelFormat::kAotiPackage : ModelFormat::kTorchScript;
+}
+
+ExportedModel::ExportedModel(std::filesystem::path path, c10::Device device, ModelFormat format,
+                             std::optional<ModelMetadata> metadata)
+    : path_(std::move(path)), device_(device), format_(format), metadata_(std::move(metadata)) {}
+
+ExportedModel::ExportedModel(ExportedModel&&) noexcept = default;
+ExportedModel& ExportedModel::operator=(ExportedModel&&) noexcept = default;
+ExportedModel::~ExportedModel() = default;
 
 ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::Device& device) {
   if (!std::filesystem::exists(path)) {
     throw UsageError(fmt::format("model file not found: {}", path.string()));
   }
   if (!std::filesystem::is_regular_file(path)) {
-    throw UsageError(fmt::format("{} is not a file; expected a TorchScript model.pt",
+    throw UsageError(fmt::format("{} is not a file; expected a TorchScript model.pt or an "
+                                 "AOTInductor model.pt2",
                                  path.string()));
   }
   spdlog::debug("loading {} onto {}", path.string(), device.str());
+  const auto start = std::chrono::steady_clock::now();
+  ExportedModel model = model_format_of(path) == ModelFormat::kAotiPackage
+                            ? load_aoti_package(path, device)
+                            : load_torchscript(path, device);
+  spdlog::debug("loaded {} in {:.1f} ms", path.filename().string(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
+  return model;
+}
+
+ExportedModel ExportedModel::load_torchscript(const std::filesystem::path& path,
+                                              const c10::Device& device) {
   torch::jit::ExtraFilesMap extra_files{{kMetadataFileName, ""}};
   torch::jit::Module module;
   try {
@@ -134,31 +192,102 @@ ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::
   std::optional<ModelMetadata> metadata;
   const std::string& json_text = extra_files[kMetadataFileName];
   if (json_text.empty()) {
-    spdlog::warn("{} has no {} extra file: not exported by scripted/export.py, so its input "
-                 "cannot be checked before running",
-                 path.string(), kMetadataFileName);
+    warn_no_metadata(path);
   } else {
     metadata = ModelMetadata::parse(json_text, path.string());
-    // Fail here, with a message, rather than deep in the dispatcher on the first forward.
-    const auto op = c10::Dispatcher::singleton().findOp({metadata->op, ""});
-    if (!op) {
-      throw UsageError(fmt::format("{} was exported for operator {}, which this process does "
-                                   "not have; registered: [{}]",
-                                   path.string(), metadata->op,
-                                   fmt::join(registered_fusedops_operators(), ", ")));
-    }
-    if (!op->hasComputedKernelForDispatchKey(dispatch_key_for(device))) {
-      throw UsageError(fmt::format(
-          "{} has no {} kernel in this libfusedops ({}){}; use another --device",
-          metadata->op, c10::DeviceTypeName(device.type()), fusedops::version(),
-          device.is_cuda() ? ", which was built without CUDA (FUSEDOPS_WITH_CUDA=OFF)" : ""));
-    }
+    check_operator_available(*metadata, device, path);
   }
-  return ExportedModel(path, device, std::move(module), std::move(metadata));
+  ExportedModel model(path, device, ModelFormat::kTorchScript, std::move(metadata));
+  model.torchscript_ = std::move(module);
+  return model;
+}
+
+ExportedModel ExportedModel::load_aoti_package(const std::filesystem::path& path,
+                                               const c10::Device& device) {
+  // The metadata first: it says which device the package was compiled for, and reading it
+  // does not load the compiled library.
+  std::unordered_map<std::string, std::string> aoti_metadata;
+  try {
+    aoti_metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(
+        path.string(), kAotiPackageModelName);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): {}",
+                                 path.string(), torch_error_message(e)));
+  }
+
+  // A package holds machine code for one device type: it cannot be moved like a TorchScript
+  // model's weights. (Without the key, the loader below has the last word.)
+  const std::string compiled_for = find_or(aoti_metadata, kAotiDeviceKey, "");
+  const std::string requested = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
+  if (!compiled_for.empty() && compiled_for != requested) {
+    throw UsageError(fmt::format(
+        "{} was compiled by AOTInductor for {} and runs only there, not on --device {}; use "
+        "--device {}, or export a .pt2 for {} (scripted/export.py --device {})",
+        path.string(), compiled_for, device.str(), compiled_for, requested, requested));
+  }
+
+  std::optional<ModelMetadata> metadata;
+  const std::string json_text = find_or(aoti_metadata, kMetadataFileName, "");
+  if (json_text.empty()) {
+    warn_no_metadata(path);
+  } else {
+    metadata = ModelMetadata::parse(json_text, path.string());
+    check_operator_available(*metadata, device, path);
+  }
+
+  ExportedModel model(path, device, ModelFormat::kAotiPackage, std::move(metadata));
+  model.aoti_metadata_ = std::move(aoti_metadata);
+  try {
+    // Unpacks the compiled library to a temporary folder and loads it; its calls to fusedops
+    // operators go through the dispatcher, which this process's libfusedops has filled.
+    model.aoti_package_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path.string(), kAotiPackageModelName, /*run_single_threaded=*/false,
+        /*num_runners=*/1, /*device_index=*/device.is_cuda() ? device.index() : -1);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): {}",
+                                 path.string(), torch_error_message(e)));
+  }
+  return model;
 }
 
 std::string ExportedModel::display_name() const {
   return metadata_ ? metadata_->model_name : path_.filename().string();
+}
+
+std::string ExportedModel::artifact_description() const {
+  if (format_ == ModelFormat::kTorchScript) {
+    return "TorchScript (torch.jit.script)";
+  }
+  const std::string compiled_for = find_or(aoti_metadata_, kAotiDeviceKey, "an unknown device");
+  std::string target = find_or(aoti_metadata_, kAotiCpuIsaKey, "");
+  if (compiled_for == "cuda") {
+    target = "compute capability " + find_or(aoti_metadata_, kAotiComputeCapabilityKey, "?");
+  }
+  return fmt::format("AOTInductor package (torch.export), compiled for {}{}", compiled_for,
+                     target.empty() ? "" : " (" + target + ")");
+}
+
+std::vector<TensorGroup> ExportedModel::tensor_groups() const {
+  auto by_name = [](const NamedTensor& a, const NamedTensor& b) { return a.name < b.name; };
+  if (format_ == ModelFormat::kAotiPackage) {
+    std::vector<NamedTensor> constants;
+    // Keyed by the names the tensors had in the exported module ("bn.running_mean").
+    for (const auto& [name, tensor] :
+         aoti_package_->get_runner()->extract_constants_map(/*use_inactive=*/false)) {
+      constants.push_back({name, tensor});
+    }
+    std::sort(constants.begin(), constants.end(), by_name);
+    return {{"constants", std::move(constants)}};
+  }
+  std::vector<NamedTensor> parameters;
+  std::vector<NamedTensor> buffers;
+  for (const auto& parameter : torchscript_->named_parameters()) {
+    parameters.push_back({parameter.name, parameter.value});
+  }
+  for (const auto& buffer : torchscript_->named_buffers()) {
+    buffers.push_back({buffer.name, buffer.value});
+  }
+  return {{"parameters", std::move(parameters)}, {"buffers", std::move(buffers)}};
 }
 
 void ExportedModel::check_input(const at::Tensor& x) const {
@@ -197,7 +326,25 @@ at::Tensor ExportedModel::random_input(int64_t batch_size, uint64_t seed) const 
 at::Tensor ExportedModel::forward(const at::Tensor& x) {
   check_input(x);
   c10::InferenceMode no_autograd;
-  const c10::IValue output = module_.forward({x.to(device_)});
+  if (format_ == ModelFormat::kAotiPackage) {
+    // The compiled code assumes the layout torch.export traced with: dense and row-major.
+    const std::vector<at::Tensor> outputs = aoti_package_->run({x.to(device_).contiguous()});
+    if (outputs.size() != 1) {
+      throw std::runtime_error(fmt::format("{} returned {} tensors, expected one",
+                                           display_name(), outputs.size()));
+    }
+    // torch 2.11's AOTInductor does not check the status of an operator it calls through the
+    // dispatcher (fixed upstream by pytorch/pytorch#180884): when a fusedops operator raises,
+    // the package logs the message and returns no output instead of throwing.
+    if (!outputs.front().defined()) {
+      throw std::runtime_error(fmt::format(
+          "{}: an operator failed inside the AOTInductor package, which returned no output; "
+          "the operator's message is in libtorch's 'Exception in aoti_torch' log line above",
+          display_name()));
+    }
+    return outputs.front();
+  }
+  const c10::IValue output = torchscript_->forward({x.to(device_)});
   if (!output.isTensor()) {
     throw std::runtime_error(fmt::format("{} returned a {}, expected a tensor", display_name(),
                                          output.tagKind()));

@@ -29,8 +29,7 @@ std::string kernel_availability(const std::string& op_name) {
                      yes_no(c10::DispatchKey::CUDA));
 }
 
-void print_tensor_table(const char* title, const std::vector<std::pair<std::string, at::Tensor>>&
-                                               tensors) {
+void print_tensor_table(const std::string& title, const std::vector<NamedTensor>& tensors) {
   int64_t values = 0;
   size_t name_width = 0;
   for (const auto& [name, tensor] : tensors) {
@@ -48,8 +47,9 @@ void print_tensor_table(const char* title, const std::vector<std::pair<std::stri
 
 CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   CLI::App* command = app.add_subcommand(
-      "info", "What an exported model is: its fusedops.json, parameters, buffers and devices");
-  command->add_option("model", options.model, "model.pt written by scripted/export.py")
+      "info", "What an exported model is: its format, fusedops.json, weights and devices");
+  command->add_option("model", options.model,
+                      "model.pt or model.pt2 written by scripted/export.py")
       ->required();
   return command;
 }
@@ -57,6 +57,7 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
 int run_info_command(const InfoOptions& options, const c10::Device& device) {
   ExportedModel model = ExportedModel::load(options.model, device);
   fmt::print("file        {}\n", model.path().string());
+  fmt::print("format      {}\n", model.artifact_description());
   if (const auto& metadata = model.metadata()) {
     std::vector<std::string> batch_free_dims{"B"};
     for (size_t d = 1; d < metadata->input.shape.size(); ++d) {
@@ -78,19 +79,13 @@ int run_info_command(const InfoOptions& options, const c10::Device& device) {
   }
   fmt::print("this app    fusedops {}, libtorch {}\n", fusedops::version(), TORCH_VERSION);
 
-  std::vector<std::pair<std::string, at::Tensor>> parameters;
-  std::vector<std::pair<std::string, at::Tensor>> buffers;
   std::set<std::string> devices;
-  for (const auto& parameter : model.module().named_parameters()) {
-    parameters.emplace_back(parameter.name, parameter.value);
-    devices.insert(parameter.value.device().str());
+  for (const auto& [title, tensors] : model.tensor_groups()) {
+    print_tensor_table(title, tensors);
+    for (const NamedTensor& named : tensors) {
+      devices.insert(named.tensor.device().str());
+    }
   }
-  for (const auto& buffer : model.module().named_buffers()) {
-    buffers.emplace_back(buffer.name, buffer.value);
-    devices.insert(buffer.value.device().str());
-  }
-  print_tensor_table("parameters", parameters);
-  print_tensor_table("buffers", buffers);
   fmt::print("devices     model on [{}] (--device {}); this machine: cpu, {} CUDA GPU(s)\n",
              fmt::join(devices, ", "), device.str(), torch::cuda::device_count());
   return kExitOk;

@@ -1,5 +1,6 @@
-// fusedops_app: loads the TorchScript models scripted/export.py writes and inspects, runs,
-// checks and benchmarks them with libtorch and libfusedops only (no Python).
+// fusedops_app: loads the models scripted/export.py writes (TorchScript model.pt, AOTInductor
+// model.pt2) and inspects, runs, checks and benchmarks them with libtorch and libfusedops only
+// (no Python).
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <system_error>
+#include <tuple>
 
 #include "app_error.h"
 #include "device.h"
@@ -17,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kModelFileName = "model.pt";
+// Triton's default file names: platform pytorch_libtorch loads model.pt, torch_aoti model.pt2.
+constexpr const char* kModelFileNames[] = {"model.pt", "model.pt2"};
 constexpr const char* kSampleInputName = "sample_input.pt";
 constexpr const char* kReferenceOutputName = "reference_output.pt";
 
@@ -27,18 +29,30 @@ bool is_version_folder(const fs::path& path) {
          std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
-// Triton serves the highest numeric version folder by default; so do we.
-std::optional<fs::path> latest_model_file(const fs::path& model_folder) {
-  std::optional<fs::path> best;
+std::vector<fs::path> model_files_in(const fs::path& version_folder) {
+  std::vector<fs::path> files;
+  for (const char* name : kModelFileNames) {
+    if (fs::is_regular_file(version_folder / name)) {
+      files.push_back(version_folder / name);
+    }
+  }
+  return files;
+}
+
+// Triton serves the highest numeric version folder by default; so do we. Every model file in
+// it counts (Triton's config picks one, but a folder holding both gets both checked).
+std::vector<fs::path> latest_model_files(const fs::path& model_folder) {
+  std::vector<fs::path> best;
   long best_version = -1;
   for (const auto& entry : fs::directory_iterator(model_folder)) {
-    if (!is_version_folder(entry.path()) || !fs::is_regular_file(entry.path() / kModelFileName)) {
+    if (!is_version_folder(entry.path())) {
       continue;
     }
+    std::vector<fs::path> files = model_files_in(entry.path());
     const long version = std::stol(entry.path().filename().string());
-    if (version > best_version) {
+    if (!files.empty() && version > best_version) {
       best_version = version;
-      best = entry.path() / kModelFileName;
+      best = std::move(files);
     }
   }
   return best;
@@ -55,7 +69,7 @@ std::vector<RepositoryModel> find_repository_models(const fs::path& target) {
   std::error_code error;
   if (!fs::exists(target, error)) {
     throw UsageError(fmt::format("not found: {} (expected a model repository, a model folder "
-                                 "or a model.pt)",
+                                 "or a model.pt / model.pt2)",
                                  target.string()));
   }
   const fs::path absolute = fs::absolute(target).lexically_normal();
@@ -64,25 +78,29 @@ std::vector<RepositoryModel> find_repository_models(const fs::path& target) {
     const fs::path model_folder = absolute.parent_path().parent_path();
     return {repository_model(model_folder, absolute)};
   }
-  if (const auto model_file = latest_model_file(absolute)) {
-    return {repository_model(absolute, *model_file)};
-  }
   std::vector<RepositoryModel> models;
+  for (const fs::path& model_file : latest_model_files(absolute)) {
+    models.push_back(repository_model(absolute, model_file));
+  }
+  if (!models.empty()) {
+    return models;
+  }
   for (const auto& entry : fs::directory_iterator(absolute)) {
     if (!entry.is_directory()) {
       continue;
     }
-    if (const auto model_file = latest_model_file(entry.path())) {
-      models.push_back(repository_model(entry.path(), *model_file));
+    for (const fs::path& model_file : latest_model_files(entry.path())) {
+      models.push_back(repository_model(entry.path(), model_file));
     }
   }
   if (models.empty()) {
-    throw UsageError(fmt::format("no model in {}: expected <model>/<version>/{} folders, as "
-                                 "scripted/export.py writes",
-                                 target.string(), kModelFileName));
+    throw UsageError(fmt::format("no model in {}: expected <model>/<version>/model.pt or "
+                                 "model.pt2 folders, as scripted/export.py writes",
+                                 target.string()));
   }
-  std::sort(models.begin(), models.end(),
-            [](const RepositoryModel& a, const RepositoryModel& b) { return a.name < b.name; });
+  std::sort(models.begin(), models.end(), [](const RepositoryModel& a, const RepositoryModel& b) {
+    return std::tie(a.name, a.model_file) < std::tie(b.name, b.model_file);
+  });
   return models;
 }
 

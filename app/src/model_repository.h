@@ -15,13 +15,13 @@ namespace fusedops_app {
 
 struct RepositoryModel {
   std::string name;                       // the model's folder: fusedops_98_...
-  std::filesystem::path model_file;       // <folder>/<highest version>/model.pt
+  std::filesystem::path model_file;       // <folder>/<highest version>/model.pt or model.pt2
   std::filesystem::path sample_input;     // <folder>/sample_input.pt
   std::filesystem::path reference_output; // <folder>/reference_output.pt
 };
 
-// target is a repository (a folder of model folders), one model folder, or a model.pt inside
-// one. Models come sorted by name. Throws UsageError when target holds no model.
+// target is a repository (a folder of model folders), one model folder, or a model file (.pt or
+// .pt2) inside one. Models come sorted by name. Throws UsageError when target holds no model.
 std::vector<RepositoryModel> find_repository_models(const std::filesystem::path& target);
 
 struct ReferenceCheck {

@@ -16,7 +16,8 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
   CLI::App* command =
       app.add_subcommand("run", "Run a model once on a given or random input and summarize "
                                 "the output");
-  command->add_option("model", options.model, "model.pt written by scripted/export.py")
+  command->add_option("model", options.model,
+                      "model.pt or model.pt2 written by scripted/export.py")
       ->required();
   command->add_option("-i,--input", options.input,
                       "input tensor file: sample_input.pt from the repository, or torch.save "
@@ -61,7 +62,7 @@ int run_run_command(const RunOptions& options, const c10::Device& device) {
   fmt::print("input  {} {} on {}\n", shape_text(input.sizes()), dtype_name(input.scalar_type()),
              device.str());
   fmt::print("output {}\n", summarize_tensor(output, options.first_values));
-  fmt::print("time   {:.3f} ms (first call, includes TorchScript's warm-up)\n", elapsed_ms);
+  fmt::print("time   {:.3f} ms (first call, includes the warm-up)\n", elapsed_ms);
   if (!options.output.empty()) {
     save_tensor_file(output, options.output);
     spdlog::info("wrote the output to {}", options.output);

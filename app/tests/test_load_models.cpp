@@ -1,14 +1,18 @@
-// Loads every model of an exported repository with libtorch alone (no Python in this process)
-// and checks it against the reference model's saved output; and checks that misuse becomes a
-// message. The repository comes from $FUSEDOPS_MODEL_REPOSITORY: ctest exports one at the
-// small sizes before these tests run (app/tests/CMakeLists.txt).
+// Loads every model of an exported repository with libtorch alone (no Python in this process),
+// as TorchScript (model.pt) and as an AOTInductor package (model.pt2), and checks it against the
+// reference model's saved output; and checks that misuse becomes a message. The repository comes
+// from $FUSEDOPS_MODEL_REPOSITORY: ctest exports one at the small sizes, on the CPU, before these
+// tests run (app/tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <tuple>
 
 #include "app_error.h"
 #include "exported_model.h"
@@ -21,7 +25,9 @@ using namespace fusedops_app;
 
 namespace {
 
-const char* const kProblems[] = {"98", "18", "39", "62"};
+const std::string kProblems[] = {"98", "18", "39", "62"};
+// The model file's extension: TorchScript, AOTInductor package.
+const std::string kFormats[] = {".pt", ".pt2"};
 
 fs::path model_repository() {
   const char* path = std::getenv("FUSEDOPS_MODEL_REPOSITORY");
@@ -34,14 +40,23 @@ fs::path model_repository() {
   return path;
 }
 
-RepositoryModel find_problem(const std::string& problem) {
+// The problem's model file of one format, if the repository has it.
+std::optional<RepositoryModel> find_problem(const std::string& problem,
+                                            const std::string& extension) {
   const std::string prefix = "fusedops_" + problem + "_";
   for (const RepositoryModel& model : find_repository_models(model_repository())) {
-    if (model.name.rfind(prefix, 0) == 0) {
+    if (model.name.rfind(prefix, 0) == 0 && model.model_file.extension() == extension) {
       return model;
     }
   }
-  throw std::runtime_error("no " + prefix + "* model in " + model_repository().string());
+  return std::nullopt;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
 }
 
 // Expects statement to throw UsageError whose message contains every one of needles.
@@ -58,25 +73,59 @@ void expect_usage_error(Statement statement, std::initializer_list<std::string> 
   }
 }
 
-class ExportedModelTest : public ::testing::TestWithParam<const char*> {};
+// The problem's model of one format, or a failure naming what the repository lacks.
+std::optional<RepositoryModel> require_model(const std::string& problem,
+                                             const std::string& extension) {
+  auto model = find_problem(problem, extension);
+  if (!model) {
+    ADD_FAILURE() << "no " << extension << " model of problem " << problem << " in "
+                  << model_repository();
+  }
+  return model;
+}
+
+// Every model in both formats. Parameters: (problem, model file extension).
+class ExportedModelTest
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  const std::string& problem() const { return std::get<0>(GetParam()); }
+  const std::string& extension() const { return std::get<1>(GetParam()); }
+  bool is_aoti_package() const { return extension() == ".pt2"; }
+  std::optional<RepositoryModel> model_under_test() const {
+    return require_model(problem(), extension());
+  }
+};
+
+// What only an AOTInductor package does. Parameter: the problem.
+class AotiPackageTest : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
 
-TEST(ModelRepository, HoldsTheFourModels) {
+TEST(ModelRepository, HoldsTheFourModelsInBothFormats) {
   const auto models = find_repository_models(model_repository());
-  ASSERT_EQ(models.size(), 4u);
+  // TorchScript in <model>/, the AOTInductor package in <model>_aoti/ (Triton serves one
+  // artifact per model folder), each folder with its Triton config.
+  ASSERT_EQ(models.size(), 8u);
   for (const RepositoryModel& model : models) {
     EXPECT_TRUE(fs::is_regular_file(model.model_file)) << model.model_file;
-    EXPECT_TRUE(fs::is_regular_file(model.model_file.parent_path().parent_path() /
-                                    "config.pbtxt"))
+    const bool is_aoti_package = model.model_file.extension() == ".pt2";
+    EXPECT_EQ(model.name.size() > 5 && model.name.substr(model.name.size() - 5) == "_aoti",
+              is_aoti_package)
         << model.name;
+    const std::string config =
+        read_text(model.model_file.parent_path().parent_path() / "config.pbtxt");
+    EXPECT_NE(config.find(is_aoti_package ? "platform: \"torch_aoti\""
+                                          : "platform: \"pytorch_libtorch\""),
+              std::string::npos)
+        << model.name << ":\n" << config;
   }
 }
 
 TEST_P(ExportedModelTest, MatchesTheReferenceOutputOnCpu) {
-  const RepositoryModel model = find_problem(GetParam());
-  const ReferenceCheck check = check_against_reference(model, c10::Device(c10::kCPU));
-  EXPECT_TRUE(check.comparison.passed()) << model.name << ": "
+  const auto model = model_under_test();
+  ASSERT_TRUE(model);
+  const ReferenceCheck check = check_against_reference(*model, c10::Device(c10::kCPU));
+  EXPECT_TRUE(check.comparison.passed()) << model->name << ": "
                                          << check.comparison.describe(check.tolerance);
 }
 
@@ -84,18 +133,27 @@ TEST_P(ExportedModelTest, MatchesTheReferenceOutputOnCuda) {
   if (!torch::cuda::is_available()) {
     GTEST_SKIP() << "no CUDA device";
   }
-  const RepositoryModel model = find_problem(GetParam());
-  const ReferenceCheck check = check_against_reference(model, c10::Device(c10::kCUDA, 0));
-  EXPECT_TRUE(check.comparison.passed()) << model.name << ": "
+  if (is_aoti_package()) {
+    GTEST_SKIP() << "this repository's .pt2 is compiled for the CPU (see "
+                    "AotiPackageTest.RefusesADeviceItWasNotCompiledFor)";
+  }
+  const auto model = model_under_test();
+  ASSERT_TRUE(model);
+  const ReferenceCheck check = check_against_reference(*model, c10::Device(c10::kCUDA, 0));
+  EXPECT_TRUE(check.comparison.passed()) << model->name << ": "
                                          << check.comparison.describe(check.tolerance);
 }
 
 TEST_P(ExportedModelTest, MetadataDescribesTheModel) {
-  const RepositoryModel model = find_problem(GetParam());
+  const auto model_found = model_under_test();
+  ASSERT_TRUE(model_found);
+  const RepositoryModel& model = *model_found;
   const ExportedModel exported = ExportedModel::load(model.model_file, c10::Device(c10::kCPU));
+  EXPECT_EQ(exported.format(),
+            is_aoti_package() ? ModelFormat::kAotiPackage : ModelFormat::kTorchScript);
   ASSERT_TRUE(exported.metadata().has_value());
   const ModelMetadata& metadata = *exported.metadata();
-  EXPECT_EQ(metadata.problem, GetParam());
+  EXPECT_EQ(metadata.problem, problem());
   EXPECT_EQ(metadata.model_name, model.name);
   EXPECT_EQ(metadata.fusedops_version, fusedops::version());
   EXPECT_EQ(metadata.mode, "eval");
@@ -109,8 +167,9 @@ TEST_P(ExportedModelTest, MetadataDescribesTheModel) {
 }
 
 TEST_P(ExportedModelTest, RejectsAnInputOfAnotherWidthOrDtype) {
-  const RepositoryModel model = find_problem(GetParam());
-  ExportedModel exported = ExportedModel::load(model.model_file, c10::Device(c10::kCPU));
+  const auto model = model_under_test();
+  ASSERT_TRUE(model);
+  ExportedModel exported = ExportedModel::load(model->model_file, c10::Device(c10::kCPU));
   const int64_t width = exported.metadata()->input.shape[1];
   const std::string expected = "expected [B, " + std::to_string(width) + "] float32";
 
@@ -123,8 +182,42 @@ TEST_P(ExportedModelTest, RejectsAnInputOfAnotherWidthOrDtype) {
   EXPECT_EQ(exported.forward(at::rand({3, width})).size(0), 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(FourProblems, ExportedModelTest, ::testing::ValuesIn(kProblems),
-                         [](const auto& info) { return std::string("problem_") + info.param; });
+TEST_P(AotiPackageTest, AgreesWithTorchScriptAtOtherBatches) {
+  const auto package = require_model(GetParam(), ".pt2");
+  const auto torchscript = require_model(GetParam(), ".pt");
+  ASSERT_TRUE(package && torchscript);
+  ExportedModel aoti = ExportedModel::load(package->model_file, c10::Device(c10::kCPU));
+  ExportedModel scripted = ExportedModel::load(torchscript->model_file, c10::Device(c10::kCPU));
+  // torch.export traced one batch size; the package's batch dimension is symbolic (B >= 1).
+  for (const int64_t batch : {1, 7, 100}) {
+    const at::Tensor x = aoti.random_input(batch, /*seed=*/batch);
+    const at::Tensor expected = scripted.forward(x);
+    const at::Tensor got = aoti.forward(x);
+    ASSERT_EQ(got.sizes(), expected.sizes()) << "batch " << batch;
+    EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-5)) << "batch " << batch;
+  }
+}
+
+TEST_P(AotiPackageTest, RefusesADeviceItWasNotCompiledFor) {
+  const auto model = require_model(GetParam(), ".pt2");
+  ASSERT_TRUE(model);
+  // Refused from the package's metadata before anything touches CUDA, so this runs without a
+  // GPU too.
+  expect_usage_error(
+      [&] { ExportedModel::load(model->model_file, c10::Device(c10::kCUDA, 0)); },
+      {"was compiled by AOTInductor for cpu and runs only there", "use --device cpu"});
+}
+
+INSTANTIATE_TEST_SUITE_P(FourProblems, ExportedModelTest,
+                         ::testing::Combine(::testing::ValuesIn(kProblems),
+                                            ::testing::ValuesIn(kFormats)),
+                         [](const auto& info) {
+                           // problem_98_pt, problem_98_pt2, ...
+                           return "problem_" + std::get<0>(info.param) + "_" +
+                                  std::get<1>(info.param).substr(1);
+                         });
+INSTANTIATE_TEST_SUITE_P(FourProblems, AotiPackageTest, ::testing::ValuesIn(kProblems),
+                         [](const auto& info) { return "problem_" + info.param; });
 
 TEST(ExportedModelErrors, MissingFileIsAMessage) {
   expect_usage_error(
@@ -137,6 +230,14 @@ TEST(ExportedModelErrors, CorruptFileIsAMessage) {
   std::ofstream(corrupt) << "this is not a TorchScript archive";
   expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU)); },
                      {"cannot load " + corrupt.string() + " as a TorchScript model"});
+  fs::remove(corrupt);
+}
+
+TEST(ExportedModelErrors, CorruptAotiPackageIsAMessage) {
+  const fs::path corrupt = fs::temp_directory_path() / "fusedops_test_corrupt_model.pt2";
+  std::ofstream(corrupt) << "this is not an AOTInductor package";
+  expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU)); },
+                     {"cannot load " + corrupt.string() + " as an AOTInductor package (.pt2)"});
   fs::remove(corrupt);
 }
 

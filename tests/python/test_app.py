@@ -59,6 +59,15 @@ def run_app(*args, expect: int | None = 0) -> subprocess.CompletedProcess:
     return result
 
 
+def skip_without_cpp_compiler() -> None:
+    """Exporting a .pt2 runs the C++ compiler ($CXX, else g++): without one, the test skips
+    (it runs on the GPU machine as well, scripts/gpu_check.sh)."""
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        pytest.skip(f"AOTInductor compiles the .pt2 with a C++ compiler; {compiler} is not on "
+                    "PATH")
+
+
 def assert_usage_error(result: subprocess.CompletedProcess, *needles: str) -> None:
     """Exit status 2, the message on stderr as a logged error, and no crash or stack trace."""
     assert result.returncode == 2, result
@@ -335,6 +344,25 @@ def test_runtime_failure_of_the_operator_exits_1(tmp_path):
     assert "Traceback" not in result.stderr and "Exception raised from" not in result.stderr
 
 
+def test_runtime_failure_of_the_operator_in_a_pt2_exits_1(tmp_path):
+    """The same failure inside an AOTInductor package. torch 2.11's AOTInductor only logs an
+    operator's error (with libtorch's stack trace) and returns no output; the app turns that
+    into exit status 1 and a message that points at the log line."""
+    skip_without_cpp_compiler()
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
+                    "39", "--mode", "train", "--formats", "pt2", "--output", str(tmp_path)],
+                   cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True)
+    name = MODEL_NAMES["39"] + "_aoti"
+    package = tmp_path / name / "1" / "model.pt2"
+    assert run_app("run", package, "--batch", 2).returncode == 0  # batch statistics: fine
+    result = run_app("run", package, "--batch", 1, expect=1)
+    assert (f"[error] {name}: an operator failed inside the AOTInductor package, which "
+            "returned no output") in result.stderr
+    assert ("Exception in aoti_torch: gemm_scale_batchnorm: x must have more than 1 row in "
+            "training mode") in result.stderr
+    assert "terminate called" not in result.stderr and "Segmentation fault" not in result.stderr
+
+
 # --- AOTInductor packages (.pt2) -----------------------------------------------------------
 
 AOTI_KEYS = ("98", "39")  # scalar arguments and a (B,) output; bool/optional args and buffers
@@ -346,11 +374,8 @@ def aoti_name(key: str) -> str:
 
 @pytest.fixture(scope="module")
 def aoti_repo(tmp_path_factory) -> Path:
-    """Two models in both formats. AOTInductor runs the system C++ compiler: when there is
-    none, these tests skip (they also run on the GPU machine, scripts/gpu_check.sh)."""
-    compiler = os.environ.get("CXX", "g++")
-    if shutil.which(compiler) is None:
-        pytest.skip(f"AOTInductor needs a C++ compiler and {compiler} is not on PATH")
+    """Two models in both formats."""
+    skip_without_cpp_compiler()
     repo = tmp_path_factory.mktemp("aoti_repo")
     subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
                     ",".join(AOTI_KEYS), "--formats", "pt,pt2", "--output", str(repo)],
