@@ -1,5 +1,7 @@
 #include "model_repository.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -22,6 +24,7 @@ namespace {
 constexpr const char* kModelFileNames[] = {"model.pt", "model.pt2"};
 constexpr const char* kSampleInputName = "sample_input.pt";
 constexpr const char* kReferenceOutputName = "reference_output.pt";
+constexpr const char* kReferenceOutputFloat64Name = "reference_output_float64.pt";
 
 bool is_version_folder(const fs::path& path) {
   const std::string name = path.filename().string();
@@ -60,7 +63,7 @@ std::vector<fs::path> latest_model_files(const fs::path& model_folder) {
 
 RepositoryModel repository_model(const fs::path& model_folder, const fs::path& model_file) {
   return {model_folder.filename().string(), model_file, model_folder / kSampleInputName,
-          model_folder / kReferenceOutputName};
+          model_folder / kReferenceOutputName, model_folder / kReferenceOutputFloat64Name};
 }
 
 }  // namespace
@@ -130,7 +133,11 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
   synchronize(device);
   check.forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  check.comparison = compare_to_reference(output, reference, check.tolerance);
+  std::optional<at::Tensor> reference_float64;
+  if (fs::is_regular_file(model.reference_output_float64)) {
+    reference_float64 = load_tensor_file(model.reference_output_float64);
+  }
+  check.comparison = compare_to_reference(output, reference, check.tolerance, reference_float64);
   return check;
 }
 

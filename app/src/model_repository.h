@@ -18,6 +18,9 @@ struct RepositoryModel {
   std::filesystem::path model_file;       // <folder>/<highest version>/model.pt or model.pt2
   std::filesystem::path sample_input;     // <folder>/sample_input.pt
   std::filesystem::path reference_output; // <folder>/reference_output.pt
+  // <folder>/reference_output_float64.pt: the reference model run in float64 on the same
+  // weights and input (optional; older repositories lack it).
+  std::filesystem::path reference_output_float64;
 };
 
 // target is a repository (a folder of model folders), one model folder, or a model file (.pt or
