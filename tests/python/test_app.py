@@ -200,6 +200,9 @@ def test_check_fails_on_a_wrong_reference(model_repo, tmp_path):
     wrong = reference.clone()
     wrong[7] += 1e-2
     torch.save(wrong, repo / name / "reference_output.pt")  # the app reads torch.save too
+    # check also accepts an element within the tolerance of the float64 reference: shift that
+    # one too, so the model's output matches neither.
+    torch.save(wrong.double(), repo / name / "reference_output_float64.pt")
 
     result = run_app("check", repo, expect=1)
     lines = result.stdout.splitlines()
@@ -393,7 +396,8 @@ def test_export_writes_a_torch_aoti_folder_per_model(aoti_repo):
     for key in AOTI_KEYS:
         torchscript_folder, aoti_folder = aoti_repo / MODEL_NAMES[key], aoti_repo / aoti_name(key)
         assert sorted(p.relative_to(aoti_folder).as_posix() for p in aoti_folder.rglob("*")) == [
-            "1", "1/model.pt2", "config.pbtxt", "reference_output.pt", "sample_input.pt"]
+            "1", "1/model.pt2", "config.pbtxt", "reference_output.pt",
+            "reference_output_float64.pt", "sample_input.pt"]
         # Triton's torch_aoti platform, otherwise the same configuration as the TorchScript one.
         config = (aoti_folder / "config.pbtxt").read_text()
         assert f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"\n' in config
@@ -402,7 +406,7 @@ def test_export_writes_a_torch_aoti_folder_per_model(aoti_repo):
             f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"')
         assert config == expected
         # The sample input and reference output are the TorchScript folder's files.
-        for sample in ("sample_input.pt", "reference_output.pt"):
+        for sample in ("sample_input.pt", "reference_output.pt", "reference_output_float64.pt"):
             assert (aoti_folder / sample).read_bytes() == (torchscript_folder / sample).read_bytes()
 
 
