@@ -8,18 +8,19 @@ import torch
 import fusedops
 from fusedops.problems import PROBLEMS
 
-CASES = {  # odd widths, a pool that does not divide, tiny groups, batch 3
-    "98": (77, 50, 7, -1.5),
-    "18": (77, 50),
-    "39": (77, 50, (50,)),
-    "62": (77, 48, 6),
-}
+CASES = [  # odd widths, a pool that does not divide, tiny groups, batch 3
+    ("98", (77, 50, 7, -1.5)),
+    ("18", (77, 50)),
+    ("39", (77, 50, (50,))),  # width not a multiple of 4: the streaming passes
+    ("39", (77, 52, (52,))),  # multiple of 4, not of 32: the one-read kernel, a partial block
+    ("62", (77, 48, 6)),
+]
 
 
 def main():
     failures = 0
     torch.manual_seed(0)
-    for key, init_args in CASES.items():
+    for key, init_args in CASES:
         prob = PROBLEMS[key]
         for dtype, tol in ((torch.float32, 1e-4), (torch.float64, 1e-9), (torch.float16, 2e-2)):
             for batch in (3, 300):
@@ -34,7 +35,7 @@ def main():
                 if key == "39":
                     ok &= torch.allclose(new.bn.running_mean.double(), ref.bn.running_mean.double(),
                                          atol=tol, rtol=tol)
-                print(f"{key} {dtype} batch {batch}: {'ok' if ok else 'MISMATCH'}")
+                print(f"{key} {init_args} {dtype} batch {batch}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")

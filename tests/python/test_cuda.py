@@ -35,6 +35,27 @@ def test_cuda_against_cpu_float64_reference(key, batch, dtype):
         assert_float32(out.cpu(), expected.cpu(), expected64_cpu)
 
 
+@pytest.mark.parametrize("momentum", [0.1, None], ids=["m0.1", "mNone"])
+@pytest.mark.parametrize("batch", [2, 3, 256, 257, 512, 513, 1000, 1024, 1025])
+def test_39_training_kernel_tiers(batch, momentum):
+    """Model 39 in training with float32 and one scale per column takes the one-read kernel up
+    to batch 1024 (4, 8 or 16 rows a thread) and the streaming passes above: each tier, a width
+    that leaves a partial block of columns (1000 = 31.25 x 32), rand and randn inputs, three
+    steps so the running statistics compound."""
+    ref, new = make_pair("39", (64, 1000, (1000,), 1e-5, momentum), device="cuda")
+    for step in range(3):
+        x = make_input((batch, 64), "rand" if step % 2 else "randn", device="cuda")
+        out, expected, expected64, ref64 = run_trio(ref, new, x)
+        assert_float32(out, expected, expected64)
+        # The statistics carry the GEMM's rounding (column means near zero among entries of a
+        # few units): allclose(1e-4, 1e-4) to the float32 model's, and to the float64 one's.
+        for name in ("running_mean", "running_var"):
+            stat, stat32, stat64 = (getattr(m.bn, name) for m in (new, ref, ref64))
+            torch.testing.assert_close(stat, stat32, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(stat.double(), stat64, rtol=1e-4, atol=1e-5)
+        assert torch.equal(new.bn.num_batches_tracked, ref.bn.num_batches_tracked)
+
+
 @pytest.mark.multi_gpu
 @pytest.mark.parametrize("key", KEYS)
 def test_second_gpu(key):
