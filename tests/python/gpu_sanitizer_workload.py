@@ -13,6 +13,7 @@ CASES = [  # odd widths, a pool that does not divide, tiny groups, batch 3
     ("18", (77, 50)),
     ("39", (77, 50, (50,))),  # width not a multiple of 4: the streaming passes
     ("39", (77, 52, (52,))),  # multiple of 4, not of 32: the one-read kernel, a partial block
+    ("62", (80, 51, 3)),      # K a multiple of 4: batch 3 runs the skinny GEMM, odd width
     ("62", (77, 48, 6)),
 ]
 
