@@ -43,6 +43,27 @@ def timed(fn, inputs, reps, warmup=3):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def timed_interleaved(fns, inputs, reps, warmup=3):
+    """Median ms of each fn, their calls interleaved (a, b, a, b, ...; the order flips every
+    rep) so that clock and thermal drift over the run falls on each alike: measured one after
+    the other, the eager-vs-ModelNew TF32 ratio of model 39 moved by +-10% between runs."""
+    for i in range(warmup):
+        for fn in fns:
+            fn(inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+               for _ in range(reps)] for _ in fns]
+    for i in range(reps):
+        order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
+        for f in order:
+            start, end = events[f][i]
+            start.record()
+            fns[f](inputs[i % len(inputs)])
+            end.record()
+    torch.cuda.synchronize()
+    return [statistics.median(s.elapsed_time(e) for s, e in ev) for ev in events]
+
+
 def measure_ceilings():
     dev = "cuda"
     n = 1 << 28  # 1 GiB of float32
@@ -136,8 +157,8 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
             saved = torch.backends.cuda.matmul.fp32_precision
             torch.backends.cuda.matmul.fp32_precision = "tf32"
             try:
-                row["eager_tf32_ms"] = timed(ref, inputs, args.reps)
-                row["modelnew_tf32_ms"] = timed(new, inputs, args.reps)
+                row["eager_tf32_ms"], row["modelnew_tf32_ms"] = timed_interleaved(
+                    [ref, new], inputs, args.reps)
                 row["modelnew_tf32_err"] = rel_err(new(inputs[0]), ref_out)
             finally:
                 torch.backends.cuda.matmul.fp32_precision = saved
