@@ -15,6 +15,11 @@ constexpr int kWarpSize = 32;
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// 16-byte vector loads and stores (float4) need 16-byte aligned addresses.
+__host__ __device__ inline bool is_16_byte_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // Accumulation type: float for float/half/bfloat16, double for double.
 template <typename T> struct AccType { using type = float; };
 template <> struct AccType<double> { using type = double; };

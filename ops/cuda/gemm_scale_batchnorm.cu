@@ -78,6 +78,19 @@ __global__ void column_moments_kernel(const y_t* __restrict__ y, const scalar_t*
   }
 }
 
+// BatchNorm's running-statistics update for column j from the batch's mean and biased
+// variance of z: the unbiased variance, blended by momentum or the cumulative factor.
+template <typename scalar_t>
+__device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
+                                                     scalar_t* running_var, int64_t j, double mean,
+                                                     double var, double count, double factor) {
+  const double unbiased = var * count / (count - 1.0);
+  running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
+                                          factor * mean);
+  running_var[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_var[j]) +
+                                         factor * unbiased);
+}
+
 // Per column: mean, biased var -> (center, multiplier) for the normalize pass, and the
 // running-stat update
 // (unbiased var, momentum or the cumulative 1 / num_batches_tracked factor). num_batches_tracked
@@ -115,11 +128,7 @@ __global__ void batch_stats_kernel(const y_t* __restrict__ y, const scalar_t* __
   center[j] = static_cast<y_t>(mean_of_sums);
   mul[j] = static_cast<y_t>(s * invstd * static_cast<double>(gamma[j]));
   const double factor = cumulative ? 1.0 / static_cast<double>(*num_batches_tracked + 1) : momentum;
-  const double unbiased = var * count / (count - 1.0);
-  running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
-                                          factor * mean);
-  running_var[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_var[j]) +
-                                         factor * unbiased);
+  update_running_stats(running_mean, running_var, j, mean, var, count, factor);
 }
 
 // Eval-mode coefficients from the running statistics.
@@ -378,11 +387,7 @@ batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restric
     s_mul[threadIdx.x] = static_cast<float>(s * invstd * static_cast<double>(gamma[j]));
     const double factor =
         nbt_read != nullptr ? 1.0 / static_cast<double>(*nbt_read + 1) : momentum;
-    const double unbiased = var * count / (count - 1.0);
-    running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
-                                            factor * mean);
-    running_var[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_var[j]) +
-                                           factor * unbiased);
+    update_running_stats(running_mean, running_var, j, mean, var, count, factor);
   }
   if (nbt_increment != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *nbt_increment += 1;
   __syncthreads();

@@ -84,7 +84,7 @@ __global__ void split_3xtf32_kernel(const float* __restrict__ src, float* __rest
                                     int64_t rows, int64_t k, int64_t k_padded, int chunk,
                                     SplitOrder order) {
   const bool hi_first = order == SplitOrder::kHiFirst;
-  const bool vector_loads = k % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const bool vector_loads = k % 4 == 0 && is_16_byte_aligned(src);
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const float* s = src + row * k;
     float* d = dst + row * 2 * k_padded;
@@ -196,8 +196,6 @@ skinny_linear_kernel(const float* __restrict__ x, const float* __restrict__ w,
     }
   }
 }
-
-bool is_16_byte_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The skinny kernel needs 16-byte rows: K a multiple of 4 and aligned base pointers (a
 // contiguous view at an odd storage offset is not); otherwise cuBLAS runs.

@@ -107,8 +107,7 @@ __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
   int64_t scalar_end = k;  // the columns left to the scalar loop
   if constexpr (std::is_same_v<scalar_t, float>) {
     // 16-byte loads, several in flight per thread: this read of x is the whole cost.
-    if (k % 4 == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(colsum) % 16 == 0) {
+    if (k % 4 == 0 && cuda::is_16_byte_aligned(xr) && cuda::is_16_byte_aligned(colsum)) {
       const float4* x4 = reinterpret_cast<const float4*>(xr);
       const float4* w4 = reinterpret_cast<const float4*>(colsum);
 #pragma unroll 4
