@@ -3,7 +3,7 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="tests sanitizer deploy bench"   leave steps out (one lease is short)
+#   FUSEDOPS_GPU_CHECK_SKIP="tests sanitizer deploy serving bench"   leave steps out
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"; mkdir -p "$OUT"
@@ -54,6 +54,20 @@ if ! skip deploy; then
     "$FUSEDOPS_PYTHON" "$0/scripted/export.py" --output "$FUSEDOPS_BUILD_DIR/model_repo" --device cuda
     FUSEDOPS_APP="$FUSEDOPS_BUILD_DIR/app/fusedops_app" FUSEDOPS_DEVICE=cuda \
       FUSEDOPS_MODEL_REPOSITORY="$FUSEDOPS_BUILD_DIR/model_repo" bash "$0/docker/entrypoint.sh"' "$ROOT"
+fi
+if ! skip serving; then
+  # Served as Triton serves it (app/README.md, `stress`): the four models at the SPEC sizes,
+  # loaded under InferenceMode, 4 instances with a CUDA stream each on shared and on copied
+  # weights, 10000 calls each way at batch 128 (39/62 then take the cached 3xTF32 split), every
+  # output checked; then load/unload cycles with the GPU memory after each.
+  step serving serving.log bash -c '
+    set -e
+    repo="$FUSEDOPS_BUILD_DIR/serving_repo"
+    "$FUSEDOPS_PYTHON" "$0/scripted/export.py" --output "$repo" --device cuda --formats pt
+    for model in "$repo"/*/1/model.pt; do
+      "$FUSEDOPS_BUILD_DIR/app/fusedops_app" stress "$model" --device cuda --instances 4 \
+        --calls 10000 --batch 128 --unload-cycles 3 -q
+    done' "$ROOT"
 fi
 for tool in memcheck racecheck; do
   skip sanitizer || step "sanitizer-$tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 3 \

@@ -39,15 +39,29 @@ struct BenchOptions {
   uint64_t seed = 0;
 };
 
+struct StressOptions {
+  std::string model;
+  int threads = 4;               // --instances: serving threads, a CUDA stream each
+  int64_t calls = 10000;         // in all, per weight mode
+  int64_t batch_size = 8;
+  std::string weights = "both";  // shared, copies or both
+  bool inference_mode = true;    // load under c10::InferenceMode, as Triton does by default
+  bool fold_cache = true;        // false: the model's cache_folds = false
+  int unload_cycles = 3;
+  uint64_t seed = 0;
+};
+
 // Each add_* registers the subcommand and its options on app; run_* runs it.
 CLI::App* add_info_command(CLI::App& app, InfoOptions& options);
 CLI::App* add_run_command(CLI::App& app, RunOptions& options);
 CLI::App* add_check_command(CLI::App& app, CheckOptions& options);
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
+CLI::App* add_stress_command(CLI::App& app, StressOptions& options);
 
 int run_info_command(const InfoOptions& options, const c10::Device& device);
 int run_run_command(const RunOptions& options, const c10::Device& device);
 int run_check_command(const CheckOptions& options, const c10::Device& device);
 int run_bench_command(const BenchOptions& options, const c10::Device& device);
+int run_stress_command(const StressOptions& options, const c10::Device& device);
 
 }  // namespace fusedops_app

@@ -323,6 +323,20 @@ at::Tensor ExportedModel::random_input(int64_t batch_size, uint64_t seed) const 
       .to(device_, metadata_->input.dtype);
 }
 
+void ExportedModel::disable_fold_cache() {
+  if (format_ == ModelFormat::kAotiPackage) {
+    throw UsageError(fmt::format("{}: a .pt2 fixes cache_folds when it is exported; export a "
+                                 "model with cache_folds = False, or use the .pt",
+                                 path_.string()));
+  }
+  if (!torchscript_->hasattr("cache_folds")) {
+    throw UsageError(fmt::format("{} has no cache_folds attribute (exported by fusedops older "
+                                 "than this option)",
+                                 path_.string()));
+  }
+  torchscript_->setattr("cache_folds", false);
+}
+
 at::Tensor ExportedModel::forward(const at::Tensor& x) {
   check_input(x);
   c10::InferenceMode no_autograd;

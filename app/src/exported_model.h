@@ -105,6 +105,11 @@ class ExportedModel {
   // Throws UsageError without metadata.
   at::Tensor random_input(int64_t batch_size, uint64_t seed) const;
 
+  // Sets the model's cache_folds to false (every call folds its weights afresh): for hosts
+  // that write weights behind the version counter (ops/common/fold_cache.h). Throws
+  // UsageError for a .pt2, where export fixed it, or a model without the attribute.
+  void disable_fold_cache();
+
   // check_input, then forward on the model's device (x is moved there) with autograd off.
   at::Tensor forward(const at::Tensor& x);
 

@@ -67,10 +67,12 @@ int main(int argc, char** argv) {
   RunOptions run_options;
   CheckOptions check_options;
   BenchOptions bench_options;
+  StressOptions stress_options;
   CLI::App* info = add_info_command(app, info_options);
   CLI::App* run = add_run_command(app, run_options);
   CLI::App* check = add_check_command(app, check_options);
   CLI::App* bench = add_bench_command(app, bench_options);
+  CLI::App* stress = add_stress_command(app, stress_options);
 
   try {
     app.parse(argc, argv);
@@ -103,6 +105,9 @@ int main(int argc, char** argv) {
     }
     if (bench->parsed()) {
       return run_bench_command(bench_options, device);
+    }
+    if (stress->parsed()) {
+      return run_stress_command(stress_options, device);
     }
     return kExitUsage;  // unreachable: require_subcommand(1)
   } catch (const UsageError& e) {

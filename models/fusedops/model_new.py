@@ -1,9 +1,14 @@
 """Drop-in replacements for the reference models: same constructor, same submodules (so the
 same parameter names, state_dict and random draws), forward through one fused operator.
 
-Weight folds (model 98's pooled Linear, model 18's column sums) are cached inside the
-operator library against the weights' version counters, so a steady-state forward does not
-refold and any change of the weights is followed (see ops/common/fold_cache.h).
+Weight folds (model 98's pooled Linear, model 18's column sums, the 3xTF32 split of W on
+CUDA) are cached on the weight tensors inside the operator library, so a steady-state forward
+does not refold, any change of the weights seen by their version counters is followed, and the
+folds are freed with the weights (see ops/common/fold_cache.h). `cache_folds = False` on a
+model computes them afresh on every call (exact, uncached): for hosts that write weights in
+ways the version counter cannot see (memcpy into data_ptr(), numpy views edited in place,
+weights shared with another process). It is a plain attribute: scripted models keep it, and a
+C++ host can set it on a loaded module (module.setattr("cache_folds", false)).
 """
 import torch
 import torch.nn as nn
@@ -20,21 +25,25 @@ class ModelNew98(nn.Module):
         self.avg_pool = nn.AvgPool1d(kernel_size=pool_kernel_size)
         self.scale_factor = scale_factor
         self.pool_kernel_size = int(pool_kernel_size)
+        self.cache_folds = True
 
     def forward(self, x):
         return torch.ops.fusedops.matmul_avgpool_gelu_scale_max(
             x, self.matmul.weight, self.matmul.bias, self.pool_kernel_size,
-            float(self.scale_factor))
+            float(self.scale_factor),
+            cache_folds=self.cache_folds)
 
 
 class ModelNew18(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features)
+        self.cache_folds = True
 
     def forward(self, x):
         return torch.ops.fusedops.matmul_sum_max_avgpool_logsumexp_logsumexp(
-            x, self.linear.weight, self.linear.bias)
+            x, self.linear.weight, self.linear.bias,
+            cache_folds=self.cache_folds)
 
 
 class ModelNew39(nn.Module):
@@ -43,6 +52,7 @@ class ModelNew39(nn.Module):
         self.gemm = nn.Linear(in_features, out_features)
         self.scale = nn.Parameter(torch.randn(scale_shape))
         self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+        self.cache_folds = True
 
     def forward(self, x):
         bn = self.bn
@@ -53,7 +63,8 @@ class ModelNew39(nn.Module):
         assert num_batches_tracked is not None
         return torch.ops.fusedops.gemm_scale_batchnorm(
             x, self.gemm.weight, self.gemm.bias, self.scale, bn.weight, bn.bias,
-            running_mean, running_var, num_batches_tracked, bn.training, bn.momentum, bn.eps)
+            running_mean, running_var, num_batches_tracked, bn.training, bn.momentum, bn.eps,
+            cache_folds=self.cache_folds)
 
 
 class ModelNew62(nn.Module):
@@ -62,8 +73,10 @@ class ModelNew62(nn.Module):
         self.fc = nn.Linear(input_size, hidden_size)
         self.gn = nn.GroupNorm(num_groups=num_groups, num_channels=hidden_size, eps=eps)
         self.leaky_relu = nn.LeakyReLU(negative_slope=negative_slope)
+        self.cache_folds = True
 
     def forward(self, x):
         return torch.ops.fusedops.matmul_groupnorm_leakyrelu_sum(
             x, self.fc.weight, self.fc.bias, self.gn.num_groups, self.gn.weight, self.gn.bias,
-            self.gn.eps, self.leaky_relu.negative_slope)
+            self.gn.eps, self.leaky_relu.negative_slope,
+            cache_folds=self.cache_folds)

@@ -27,11 +27,11 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     : public torch::autograd::Function<MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias) {
+                            const at::Tensor& bias, bool cache_folds) {
     ctx->save_for_backward({x, weight, bias});
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -46,7 +46,9 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     out = out.mean(1, /*keepdim=*/true);
     out = out.logsumexp(1, /*keepdim=*/true);
     out = out.logsumexp(1, /*keepdim=*/true);
-    return recompute.gradients({out}, grad_outputs);
+    variable_list grads = recompute.gradients({out}, grad_outputs);
+    grads.emplace_back();  // cache_folds
+    return grads;
   }
 };
 
@@ -71,15 +73,16 @@ class SumFoldLinearFunction : public torch::autograd::Function<SumFoldLinearFunc
 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor& x,
                                                                const at::Tensor& weight,
-                                                               const at::Tensor& bias) {
+                                                               const at::Tensor& bias,
+                                                               bool cache_folds) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds);
   }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
-  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias);
+  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias, cache_folds);
 }
 
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear_autograd(const at::Tensor& weight,

@@ -1,120 +1,355 @@
 #include "common/fold_cache.h"
 
 #include <c10/core/TensorImpl.h>
-#include <c10/util/intrusive_ptr.h>
-#include <torch/library.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#if FUSEDOPS_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
 
 namespace fusedops {
-
+namespace fold_cache_detail {
 namespace {
-// Enough for a handful of models on a few devices; the oldest entry goes first past it.
-constexpr size_t kMaxEntries = 64;
 
 using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 
+std::atomic<int64_t> g_weights{0};
+std::atomic<int64_t> g_entries{0};
+std::atomic<int64_t> g_bytes{0};
+std::atomic<int64_t> g_misses{0};
+
+bool cacheable(const at::Tensor& t) {
+  // Tensors without storage (fake, functional, meta wrappers) have no stable data to key on.
+  return t.defined() && t.has_storage() && t.device().type() != c10::DeviceType::Meta;
+}
+
+// What a source tensor was when its fold was computed.
 struct SourceStamp {
-  WeakImpl impl;
-  const c10::TensorImpl* raw = nullptr;
+  const c10::TensorImpl* impl = nullptr;
+  // Secondary sources (the bias) are held weakly so that their TensorImpl's address cannot be
+  // reused by a new tensor while this entry exists (a dead bias could otherwise be mistaken for
+  // a new one with the same address, data pointer, shape and version). The primary source (the
+  // weight) is the anchor's own tensor and is never held, or it could never die.
+  std::optional<WeakImpl> weak;
+  bool inference = false;
   uint32_t version = 0;
   const void* data = nullptr;
   std::vector<int64_t> sizes, strides;
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
 
-  explicit SourceStamp(const at::Tensor& t)
-      : impl(t.getIntrusivePtr()),
-        raw(t.unsafeGetTensorImpl()),
-        version(t._version()),
-        data(t.data_ptr()),
+  SourceStamp(const at::Tensor& t, bool primary)
+      : impl(t.unsafeGetTensorImpl()),
+        weak(primary ? std::nullopt : std::optional<WeakImpl>(WeakImpl(t.getIntrusivePtr()))),
+        inference(t.is_inference()),
+        // Inference tensors have no version counter (reading it throws).
+        version(t.is_inference() ? 0 : t._version()),
+        data(t.const_data_ptr()),
         sizes(t.sizes().vec()),
         strides(t.strides().vec()),
         dtype(t.scalar_type()),
         device(t.device()) {}
 
   bool still_matches(const at::Tensor& t) const {
-    return !impl.expired() && raw == t.unsafeGetTensorImpl() && version == t._version() &&
-           data == t.data_ptr() && t.sizes().equals(sizes) && t.strides().equals(strides) &&
-           dtype == t.scalar_type() && device == t.device();
+    if (impl != t.unsafeGetTensorImpl() || t.is_inference() != inference) return false;
+    if (!inference && version != t._version()) return false;
+    return data == t.const_data_ptr() && t.sizes().equals(sizes) &&
+           t.strides().equals(strides) && dtype == t.scalar_type() && device == t.device();
   }
 };
 
-bool cacheable(const at::Tensor& t) {
-  // Inference tensors carry no version counter, so a change could not be seen.
-  return t.defined() && !t.is_inference() && t.has_storage();
+int64_t bytes_of(const FoldTensors& tensors) {
+  int64_t total = 0;
+  for (const at::Tensor& t : tensors) {
+    if (t.defined()) total += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return total;
 }
+
+// Anchors that exist, for clear_fold_cache() and the stats. Touched only when an anchor is
+// made or dies, and by clear_fold_cache(): never on a cache hit.
+struct Registry {
+  std::mutex mutex;
+  std::vector<Anchor*> anchors;
+};
+Registry& registry() {
+  static auto* r = new Registry();  // never destroyed: anchors may die during static teardown
+  return *r;
+}
+
+// Attaching an anchor to a TensorImpl writes its metadata; a striped lock by address makes
+// concurrent first calls on one weight attach exactly one, without a process-wide lock.
+constexpr size_t kAttachStripes = 64;
+std::mutex& attach_mutex(const c10::TensorImpl* impl) {
+  static std::array<std::mutex, kAttachStripes> stripes;
+  return stripes[(reinterpret_cast<uintptr_t>(impl) >> 4) % kAttachStripes];
+}
+
+// compute() runs holding its weight's lock; a lookup from inside it could attach an anchor
+// (taking the registry lock) while clear_fold_cache() holds the registry lock and waits for
+// that weight's lock. No fold is computed from another cached fold, and this flag makes sure.
+thread_local bool t_computing = false;
+
+#if FUSEDOPS_WITH_CUDA
+// Streams an entry remembers having marked (recordStream); a reader beyond these is marked on
+// every call, which is correct, only slower.
+constexpr size_t kMaxReaderStreams = 8;
+
+bool is_capturing(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+#endif
+
 }  // namespace
 
-struct FoldCache::Entry {
-  std::string tag;
-  int64_t param = 0;
+struct Entry {
+  FoldKind kind;
+  int64_t param;
   std::vector<SourceStamp> sources;
-  std::vector<at::Tensor> result;
+  FoldTensors tensors;
+  int64_t bytes = 0;
+  uint64_t last_use = 0;
+#if FUSEDOPS_WITH_CUDA
+  // Set for folds on a CUDA device: the creator stream and an event recorded after the
+  // fold's kernels on it.
+  cudaEvent_t ready = nullptr;
+  c10::StreamId creator = 0;
+  c10::DeviceIndex device_index = -1;
+  bool complete = false;  // the event was seen complete: no stream needs to wait any more
+  std::array<c10::StreamId, kMaxReaderStreams> readers{};
+  size_t reader_count = 0;
+#endif
 
-  bool alive() const {
-    return std::none_of(sources.begin(), sources.end(),
-                        [](const SourceStamp& s) { return s.impl.expired(); });
+  Entry(FoldKind k, int64_t p, c10::ArrayRef<at::Tensor> src, FoldTensors made)
+      : kind(k), param(p), tensors(std::move(made)), bytes(bytes_of(tensors)) {
+    sources.reserve(src.size());
+    for (size_t i = 0; i < src.size(); ++i) sources.emplace_back(src[i], /*primary=*/i == 0);
+    g_entries.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
-  bool same_key(const std::string& t, int64_t p, const std::vector<at::Tensor>& src) const {
-    if (tag != t || param != p || sources.size() != src.size()) return false;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+  ~Entry() {
+#if FUSEDOPS_WITH_CUDA
+    if (ready != nullptr) {
+      // Safe while work that records or waits on it is still queued: the driver releases the
+      // event once that work is done.
+      const c10::cuda::CUDAGuard guard(device_index);
+      C10_CUDA_CHECK_WARN(cudaEventDestroy(ready));
+    }
+#endif
+    g_entries.fetch_sub(1, std::memory_order_relaxed);
+    g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  bool matches(c10::ArrayRef<at::Tensor> src) const {
+    if (src.size() != sources.size()) return false;
     for (size_t i = 0; i < src.size(); ++i) {
-      if (sources[i].raw != src[i].unsafeGetTensorImpl()) return false;
+      if (!sources[i].still_matches(src[i])) return false;
     }
     return true;
   }
+
+#if FUSEDOPS_WITH_CUDA
+  bool on_cuda() const { return device_index >= 0; }
+
+  // After compute() on the current stream: remember it and mark the fold's end.
+  void record_creation(const at::Device& device) {
+    device_index = device.index();
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_index);
+    creator = stream.id();
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventRecord(ready, stream.stream()));
+  }
+
+  // Before the current stream's kernels read the fold (see the header's stream rule).
+  void make_readable_on_current_stream() {
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_index);
+    if (stream.id() == creator) return;  // stream order already puts the fold first
+    if (!complete) {
+      if (is_capturing(stream)) {
+        // A capturing stream may not query or plainly wait on an event recorded outside the
+        // capture; an external-event wait becomes a node of the graph instead.
+        C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), ready, cudaEventWaitExternal));
+      } else {
+        const cudaError_t status = cudaEventQuery(ready);
+        if (status == cudaSuccess) {
+          complete = true;
+        } else if (status == cudaErrorNotReady) {
+          (void)cudaGetLastError();  // not an error: clear it before a launch check sees it
+          C10_CUDA_CHECK(cudaStreamWaitEvent(stream.stream(), ready, 0));
+        } else {
+          C10_CUDA_CHECK(status);
+        }
+      }
+    }
+    const auto known = readers.begin() + static_cast<std::ptrdiff_t>(reader_count);
+    if (std::find(readers.begin(), known, stream.id()) != known) return;
+    for (const at::Tensor& t : tensors) {
+      if (t.defined()) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
+    }
+    if (reader_count < kMaxReaderStreams) readers[reader_count++] = stream.id();
+  }
+#endif
 };
 
-FoldCache& FoldCache::instance() {
-  static FoldCache cache;
-  return cache;
-}
+// A weight's folds; attached to the weight's TensorImpl and destroyed with it.
+struct Anchor final : c10::BackendMeta {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Entry>> entries;  // at most kMaxFoldsPerWeight
+  uint64_t uses = 0;                             // a clock for the least-recently-used entry
 
-std::vector<at::Tensor> FoldCache::get_or_compute(
-    const std::string& tag, const std::vector<at::Tensor>& sources, int64_t param,
-    const std::function<std::vector<at::Tensor>()>& compute) {
-  if (!std::all_of(sources.begin(), sources.end(), cacheable)) {
-    return compute();
+  Anchor() {
+    entries.reserve(kMaxFoldsPerWeight);
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    registry().anchors.push_back(this);
+    g_weights.fetch_add(1, std::memory_order_relaxed);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
-                                [](const std::unique_ptr<Entry>& e) { return !e->alive(); }),
-                 entries_.end());
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    Entry& e = **it;
-    if (!e.same_key(tag, param, sources)) continue;
-    bool fresh = true;
-    for (size_t i = 0; i < sources.size() && fresh; ++i) {
-      fresh = e.sources[i].still_matches(sources[i]);
+  ~Anchor() override {
+    {
+      std::lock_guard<std::mutex> lock(registry().mutex);
+      auto& all = registry().anchors;
+      all.erase(std::find(all.begin(), all.end(), this));
     }
-    if (fresh) return e.result;
-    entries_.erase(it);  // stale: the weights changed
-    break;
+    g_weights.fetch_sub(1, std::memory_order_relaxed);
+    // entries (and their tensors) are freed now, with no lock held.
   }
-  ++misses_;
-  auto entry = std::make_unique<Entry>();
-  entry->tag = tag;
-  entry->param = param;
-  for (const auto& s : sources) entry->sources.emplace_back(s);
-  entry->result = compute();
-  if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
-  entries_.push_back(std::move(entry));
-  return entries_.back()->result;
+
+  // A detached alias or a shallow copy of the weight gets no anchor: it is another tensor,
+  // whose folds (if any) are its own.
+  c10::intrusive_ptr<c10::BackendMeta> clone(
+      const c10::intrusive_ptr<c10::BackendMeta>& /*ptr*/) const override {
+    return {};
+  }
+
+  Entry* find(FoldKind kind, int64_t param) {
+    for (auto& e : entries) {
+      if (e->kind == kind && e->param == param) return e.get();
+    }
+    return nullptr;
+  }
+};
+
+namespace {
+
+// The anchor of t's TensorImpl, attached on first use; null when another library already keeps
+// its own metadata there (then nothing is cached for t).
+c10::intrusive_ptr<Anchor> anchor_of(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(!t_computing, "fusedops: a weight fold looked up another fold");
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  std::lock_guard<std::mutex> lock(attach_mutex(impl));
+  c10::intrusive_ptr<c10::BackendMeta> meta = impl->get_backend_meta_intrusive_ptr();
+  if (meta) {
+    if (auto* anchor = dynamic_cast<Anchor*>(meta.get())) {
+      return c10::intrusive_ptr<Anchor>::reclaim_copy(anchor);
+    }
+    return {};
+  }
+  auto anchor = c10::make_intrusive<Anchor>();
+  impl->set_backend_meta(anchor);
+  return anchor;
 }
 
-void FoldCache::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_.clear();
+}  // namespace
+
+Slot::Slot(FoldKind kind, int64_t param, c10::ArrayRef<at::Tensor> sources)
+    : kind_(kind), param_(param), sources_(sources) {
+  if (sources.empty() || !std::all_of(sources.begin(), sources.end(), cacheable)) return;
+  anchor_ = anchor_of(sources[0]);
+  if (!anchor_) return;
+  lock_ = std::unique_lock<std::mutex>(anchor_->mutex);
+  entry_ = anchor_->find(kind, param);
 }
 
-size_t FoldCache::size() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
+Slot::~Slot() = default;
+
+ComputeScope::ComputeScope() : outer(t_computing) { t_computing = true; }
+ComputeScope::~ComputeScope() { t_computing = outer; }
+
+const FoldTensors* Slot::hit() {
+  if (entry_ == nullptr) return nullptr;
+  if (!entry_->matches(sources_)) {
+    // Stale (the weights changed): freed once the lock is released; streams still reading it
+    // keep its memory (recordStream).
+    auto& entries = anchor_->entries;
+    const auto it = std::find_if(entries.begin(), entries.end(),
+                                 [&](const auto& e) { return e.get() == entry_; });
+    retired_ = std::move(*it);
+    entries.erase(it);
+    entry_ = nullptr;
+    return nullptr;
+  }
+  entry_->last_use = ++anchor_->uses;
+#if FUSEDOPS_WITH_CUDA
+  if (entry_->on_cuda()) entry_->make_readable_on_current_stream();
+#endif
+  return &entry_->tensors;
 }
 
-int64_t FoldCache::misses() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return misses_;
+FoldTensors Slot::store(FoldTensors made) {
+  g_misses.fetch_add(1, std::memory_order_relaxed);
+  if (!anchor_) return made;
+#if FUSEDOPS_WITH_CUDA
+  // A fold made while a graph is being captured holds its values only once the graph replays.
+  if (sources_[0].is_cuda() &&
+      is_capturing(c10::cuda::getCurrentCUDAStream(sources_[0].device().index()))) {
+    return made;
+  }
+#endif
+  auto& entries = anchor_->entries;
+  if (entries.size() >= kMaxFoldsPerWeight) {
+    const auto oldest = std::min_element(
+        entries.begin(), entries.end(),
+        [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+    retired_ = std::move(*oldest);  // only one can retire per lookup: a stale one did not
+    entries.erase(oldest);
+  }
+  auto entry = std::make_unique<Entry>(kind_, param_, sources_, std::move(made));
+  entry->last_use = ++anchor_->uses;
+#if FUSEDOPS_WITH_CUDA
+  if (sources_[0].is_cuda()) entry->record_creation(sources_[0].device());
+#endif
+  entries.push_back(std::move(entry));
+  return entries.back()->tensors;
+}
+
+}  // namespace fold_cache_detail
+
+FoldCacheStats fold_cache_stats() {
+  using namespace fold_cache_detail;
+  FoldCacheStats stats;
+  stats.weights = g_weights.load(std::memory_order_relaxed);
+  stats.entries = g_entries.load(std::memory_order_relaxed);
+  stats.bytes = g_bytes.load(std::memory_order_relaxed);
+  stats.misses = g_misses.load(std::memory_order_relaxed);
+  return stats;
+}
+
+void clear_fold_cache() {
+  using namespace fold_cache_detail;
+  // Moved out under the locks, freed after them: freeing a fold may free a tensor that has an
+  // anchor of its own, whose destructor takes the registry lock.
+  std::vector<std::unique_ptr<Entry>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (Anchor* anchor : registry().anchors) {
+      std::lock_guard<std::mutex> anchor_lock(anchor->mutex);
+      for (auto& e : anchor->entries) dropped.push_back(std::move(e));
+      anchor->entries.clear();
+    }
+  }
 }
 
 }  // namespace fusedops

@@ -1,47 +1,140 @@
-// A process-wide cache of tensors derived from weights (weight folds, split copies).
+// The weight-fold cache: tensors derived from weights (model 98's pooled Linear, model 18's
+// column sums, the 3xTF32 split of W), computed once and reused while the weights stay the same.
 //
-// Several operators precompute something from their weights before the per-call work: the
-// pooled Linear of model 98, the column sums of model 18, the hi/lo split of a 3xTF32 GEMM.
-// Redoing that every call would cost more than the call itself, so the result is cached
-// against the exact source tensors. An entry is reused only while every source is the same
-// live tensor (TensorImpl), with the same version counter (bumped by every in-place write:
-// optimizer steps, load_state_dict, `with torch.no_grad(): w.mul_(2)`), data pointer, shape,
-// strides, dtype and device. Anything else recomputes. Entries whose sources were freed are
-// dropped on the next lookup. Writes that bypass the version counter (through `w.data`) are
-// invisible to it, exactly as they are to autograd: call clear_fold_cache() after those.
+// Why a cache: a fold reads all of W (268 MB at 8192 x 8192), which costs more than the fused
+// call itself, so it must not be redone per call. Why it is built this way: servers load one
+// model, run it from several threads each with its own CUDA stream, update or unload it while
+// running (Triton's PyTorch backend, libtorch servers), and those are exactly the conditions in
+// which a naive cache gives wrong answers or keeps memory. The rules:
+//
+// Ownership. A fold lives on its weight: the cache attaches a small anchor to the weight's
+// TensorImpl (c10::BackendMeta, the TensorImpl's slot for per-tensor metadata), and the
+// anchor owns that weight's folds. When the weight tensor dies (its model is freed, or
+// `param.data = ...` replaces its data), the anchor dies with it and the folds are freed at that
+// moment, on that thread, not at some later call. Detached aliases (`w.detach()`) are separate
+// tensors with their own anchors. Each weight holds at most kMaxFoldsPerWeight folds (one per
+// fold kind and parameter); each fold is at most twice its weight's size (the 3xTF32 split),
+// so the cache holds at most 2 x kMaxFoldsPerWeight x the live weights, and nothing for dead
+// ones. fold_cache_stats() reports the entries and bytes.
+//
+// Validity. A fold is reused only while every source tensor is the same tensor with the same
+// data pointer, sizes, strides, dtype and device and, for ordinary tensors, the same version
+// counter (bumped by every in-place write: optimizer steps, load_state_dict, w.mul_(2)).
+// Inference tensors (made under torch.inference_mode / c10::InferenceMode, as Triton loads its
+// models) have no version counter: they are cached by identity alone, so an in-place edit of
+// an inference tensor inside inference mode is not seen; call clear_fold_cache() after one.
+// Writes the version counter cannot see at all (a host that memcpy's into data_ptr(), weights
+// aliasing a numpy array edited in place, share_memory() weights written by another process)
+// need either clear_fold_cache() after each write or cache_folds=False on the model (every
+// call then computes its fold afresh: exact, uncached).
+//
+// Threads. Lookups of different weights share no lock (a mutex per weight, and a striped lock
+// only to attach an anchor); a steady-state hit allocates nothing and compares no strings.
+// Concurrent first calls on one weight compute its fold once: the others wait for it.
+//
+// CUDA streams. A fold is computed on the stream current for the call that missed (its
+// creator). The entry records an event after the fold's kernels; a call on any other stream
+// makes its stream wait on that event before its own kernels read the fold (a GPU-side wait:
+// the host never blocks), until the event is seen complete. The fold's memory is marked used
+// by every stream that reads it (recordStream), so when the fold is freed (its weight died, it
+// went stale, clear_fold_cache()) the caching allocator does not hand its memory out again
+// until those streams' work is done. A fold missed during CUDA-graph capture is computed inside
+// the graph and not cached (its values exist only when the graph replays). Captured graphs hold
+// the fold's address: keep the model alive while its graph is in use, and capture again after
+// changing the weights (a graph replays the fold it captured; a model with cache_folds=False
+// captures the fold computation itself and follows in-place weight changes at its cost).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/intrusive_ptr.h>
 
+#include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <string>
-#include <vector>
+
+#include "fusedops/fusedops.h"  // FoldCacheStats, fold_cache_stats(), clear_fold_cache()
 
 namespace fusedops {
 
-class FoldCache {
- public:
-  static FoldCache& instance();
+// What a fold is; together with an integer parameter (the pool size, the K-chunk) it names a
+// fold of a weight.
+enum class FoldKind : uint8_t {
+  kAvgPoolLinear,  // model 98: k-row means of W and b (param: k)
+  kSumLinear,      // model 18: column sums of W, sum of b
+  kSplit3xTf32,    // models 39/62 on CUDA: W's interleaved hi/lo split (param: the K-chunk)
+};
 
-  // Returns compute()'s result for (tag, param, sources), from the cache when still valid.
-  // compute() runs under the cache's lock: it must not call back into the cache.
-  std::vector<at::Tensor> get_or_compute(const std::string& tag,
-                                         const std::vector<at::Tensor>& sources, int64_t param,
-                                         const std::function<std::vector<at::Tensor>()>& compute);
-  void clear();
-  size_t size();
-  // Lookups that recomputed (misses) since the process started: lets tests see that a
-  // steady-state forward does not refold.
-  int64_t misses();
+inline constexpr size_t kMaxFoldTensors = 2;
+inline constexpr size_t kMaxFoldsPerWeight = 4;
+
+// A fold's tensors (unused slots undefined). A fixed array: a hit copies two handles and
+// allocates nothing.
+using FoldTensors = std::array<at::Tensor, kMaxFoldTensors>;
+
+namespace fold_cache_detail {
+
+struct Anchor;
+struct Entry;
+
+// One lookup: holds the weight's anchor locked from the lookup until the fold is stored, so that
+// concurrent first calls compute it once. Members are declared so that destruction releases the
+// lock before a replaced fold or the anchor itself can be freed (their destructors may take the
+// registry lock).
+class Slot {
+ public:
+  Slot(FoldKind kind, int64_t param, c10::ArrayRef<at::Tensor> sources);
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  ~Slot();
+
+  // The valid cached fold, made readable on the current stream; nullptr on a miss.
+  const FoldTensors* hit();
+  // Stores a freshly computed fold (when it can be cached) and returns it.
+  FoldTensors store(FoldTensors made);
 
  private:
-  struct Entry;
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Entry>> entries_;
-  int64_t misses_ = 0;
+  FoldKind kind_;
+  int64_t param_;
+  c10::ArrayRef<at::Tensor> sources_;
+  c10::intrusive_ptr<Anchor> anchor_;  // null: not cacheable, compute every time
+  std::unique_ptr<Entry> retired_;     // a stale fold, freed after the lock is released
+  std::unique_lock<std::mutex> lock_;
+  Entry* entry_ = nullptr;
 };
+
+// Marks the calling thread as computing a fold (see fold_cache.cpp's t_computing).
+struct ComputeScope {
+  ComputeScope();
+  ~ComputeScope();
+  bool outer;
+};
+
+template <typename Compute>
+FoldTensors compute_fold(Compute&& compute) {
+  ComputeScope scope;
+  return compute();
+}
+
+}  // namespace fold_cache_detail
+
+// Returns compute()'s fold of `sources` (sources[0] is the weight that owns it), from the cache
+// while still valid. With enabled == false (a model's cache_folds=False) nothing is cached or
+// reused. compute() runs on the calling thread, on the current stream, holding the weight's
+// lock: it must not look up folds itself.
+template <typename Compute>
+FoldTensors fold_weights(FoldKind kind, int64_t param, c10::ArrayRef<at::Tensor> sources,
+                         bool enabled, Compute&& compute) {
+  if (!enabled) {
+    fold_cache_detail::Slot uncached(kind, param, {});
+    return uncached.store(fold_cache_detail::compute_fold(compute));
+  }
+  fold_cache_detail::Slot slot(kind, param, sources);
+  if (const FoldTensors* cached = slot.hit()) {
+    return *cached;
+  }
+  return slot.store(fold_cache_detail::compute_fold(compute));
+}
 
 }  // namespace fusedops

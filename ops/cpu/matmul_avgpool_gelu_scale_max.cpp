@@ -51,7 +51,7 @@ void fold_avgpool_rows(const scalar_t* weight, const scalar_t* bias, int64_t poo
 
 // The pooled Linear (weight (out/k, in), bias (out/k,)) in out_dtype, which is weight's dtype
 // or its accumulation dtype.
-std::vector<at::Tensor> fold_avgpool_linear(const at::Tensor& weight, const at::Tensor& bias,
+FoldTensors fold_avgpool_linear(const at::Tensor& weight, const at::Tensor& bias,
                                             int64_t k, at::ScalarType out_dtype) {
   const at::Tensor weight_c = weight.contiguous();
   const at::Tensor bias_c = bias.contiguous();
@@ -130,13 +130,13 @@ void unfolded_rows(const at::Tensor& x_acc, const at::Tensor& weight, const at::
 
 at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias, int64_t pool_kernel_size,
-                                             double scale_factor) {
+                                             double scale_factor, bool cache_folds) {
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   // Folding reads all of W (out x in); cached, a steady-state call skips it.
-  const std::vector<at::Tensor> fold = FoldCache::instance().get_or_compute(
-      "cpu.avgpool_fold_linear", {weight, bias}, pool_kernel_size,
-      [&] { return fold_avgpool_linear(weight, bias, pool_kernel_size, acc_dtype); });
+  const FoldTensors fold =
+      fold_weights(FoldKind::kAvgPoolLinear, pool_kernel_size, {weight, bias}, cache_folds,
+                   [&] { return fold_avgpool_linear(weight, bias, pool_kernel_size, acc_dtype); });
   const at::Tensor& pooled_weight = fold[0];
   const at::Tensor& pooled_bias = fold[1];
 
@@ -180,7 +180,7 @@ std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear_cpu(const at::Tensor& wei
                                                            const at::Tensor& bias,
                                                            int64_t pool_kernel_size) {
   checks::avgpool_fold_linear(weight, bias, pool_kernel_size);
-  std::vector<at::Tensor> fold =
+  const FoldTensors fold =
       fold_avgpool_linear(weight, bias, pool_kernel_size, weight.scalar_type());
   return {fold[0], fold[1]};
 }

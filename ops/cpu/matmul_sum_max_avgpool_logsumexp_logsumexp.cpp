@@ -48,7 +48,7 @@ void fold_column_sums(const scalar_t* weight, const scalar_t* bias, int64_t out_
 
 // (column_sums (in,), bias_sum ()) in out_dtype: weight's dtype for the helper op, double for
 // the kernel's cached fold.
-std::vector<at::Tensor> fold_sum_linear(const at::Tensor& weight, const at::Tensor& bias,
+FoldTensors fold_sum_linear(const at::Tensor& weight, const at::Tensor& bias,
                                         at::ScalarType out_dtype) {
   const at::Tensor weight_c = weight.contiguous();
   const at::Tensor bias_c = bias.contiguous();
@@ -87,13 +87,14 @@ double dot_in_double(const scalar_t* x, const double* w, int64_t n) {
 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
                                                           const at::Tensor& weight,
-                                                          const at::Tensor& bias) {
+                                                          const at::Tensor& bias,
+                                                          bool cache_folds) {
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   // Folding reads all of W (out x in), the matvec only x: cached, a steady-state call skips it.
   // The fold stays in double so that float32 results carry no fold rounding.
-  const std::vector<at::Tensor> fold = FoldCache::instance().get_or_compute(
-      "cpu.sum_fold_linear", {weight, bias}, 0,
-      [&] { return fold_sum_linear(weight, bias, at::kDouble); });
+  const FoldTensors fold =
+      fold_weights(FoldKind::kSumLinear, 0, {weight, bias}, cache_folds,
+                   [&] { return fold_sum_linear(weight, bias, at::kDouble); });
   const double* column_sums = fold[0].const_data_ptr<double>();
   const double bias_sum = *fold[1].const_data_ptr<double>();
 
@@ -149,7 +150,7 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear_cpu(const at::Tensor& weight,
                                                        const at::Tensor& bias) {
   checks::sum_fold_linear(weight, bias);
-  std::vector<at::Tensor> fold = fold_sum_linear(weight, bias, weight.scalar_type());
+  const FoldTensors fold = fold_sum_linear(weight, bias, weight.scalar_type());
   return {fold[0], fold[1]};
 }
 

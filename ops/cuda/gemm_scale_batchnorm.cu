@@ -439,7 +439,7 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps) {
+                                     std::optional<double> momentum, double eps, bool cache_folds) {
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);
   const c10::cuda::CUDAGuard device_guard(x.device());
@@ -454,7 +454,7 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     }
     return out;
   }
-  const at::Tensor y = cuda::linear_nt(x.contiguous(), weight.contiguous());
+  const at::Tensor y = cuda::linear_nt(x, weight, cache_folds);
   const at::Tensor bc = bias.contiguous();
   const at::Tensor gamma = bn_weight.contiguous();
   const at::Tensor beta = bn_bias.contiguous();

@@ -257,12 +257,16 @@ class MathModeGuard {
   cublasMath_t saved_;
 };
 
-void linear_nt_3xtf32(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y) {
+// weight_key: the caller's weight tensor, which owns the cached split (weight may be its
+// contiguous copy).
+void linear_nt_3xtf32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
+                      bool cache_folds, at::Tensor& y) {
   const int64_t m = x.size(0), n = weight.size(0);
   const int64_t chunk = chunk_size();
-  const at::Tensor w_split = FoldCache::instance().get_or_compute(
-      "cuda.split_3xtf32.weight", {weight}, chunk,
-      [&] { return std::vector<at::Tensor>{split_3xtf32(weight, SplitOrder::kLoFirst, chunk)}; })[0];
+  const at::Tensor w_split =
+      fold_weights(FoldKind::kSplit3xTf32, chunk, {weight_key}, cache_folds, [&] {
+        return FoldTensors{split_3xtf32(weight, SplitOrder::kLoFirst, chunk), at::Tensor()};
+      })[0];
   const at::Tensor x_split = split_3xtf32(x, SplitOrder::kHiFirst, chunk);
   const int64_t ld = x_split.size(1);
   const int64_t chunks = ld / (2 * chunk);
@@ -304,9 +308,10 @@ Fp32GemmMode choose_fp32_gemm_mode(int64_t m, int64_t n, int64_t k) {
   return large ? Fp32GemmMode::k3xTf32 : Fp32GemmMode::kIeee;
 }
 
-at::Tensor linear_nt(const at::Tensor& x, const at::Tensor& weight) {
-  TORCH_INTERNAL_ASSERT(x.is_contiguous() && weight.is_contiguous());
-  TORCH_INTERNAL_ASSERT(x.scalar_type() == weight.scalar_type());
+at::Tensor linear_nt(const at::Tensor& x_any, const at::Tensor& weight_any, bool cache_folds) {
+  TORCH_INTERNAL_ASSERT(x_any.scalar_type() == weight_any.scalar_type());
+  const at::Tensor x = x_any.contiguous();
+  const at::Tensor weight = weight_any.contiguous();
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   const bool is_double = x.scalar_type() == at::kDouble;
   at::Tensor y = at::empty({m, n}, x.options().dtype(is_double ? at::kDouble : at::kFloat));
@@ -335,7 +340,7 @@ at::Tensor linear_nt(const at::Tensor& x, const at::Tensor& weight) {
   }
   switch (mode) {
     case Fp32GemmMode::k3xTf32:
-      linear_nt_3xtf32(x, weight, y);
+      linear_nt_3xtf32(x, weight, weight_any, cache_folds, y);
       break;
     case Fp32GemmMode::kTf32:
       // The user allowed TF32: this is then the very GEMM PyTorch's own matmul runs (cuBLASLt

@@ -22,9 +22,10 @@ const char* to_string(Fp32GemmMode mode);
 // 3xTF32 or SGEMM by size. FUSEDOPS_FP32_GEMM=ieee|3xtf32 overrides the full-precision choice.
 Fp32GemmMode choose_fp32_gemm_mode(int64_t m, int64_t n, int64_t k);
 
-// y (M, N) = x (M, K) * weight (N, K)^T. x and weight: same floating dtype, contiguous, on the
-// current CUDA device. y is float32 for float32/float16/bfloat16 inputs (float32 accumulation)
-// and float64 for float64 inputs.
-at::Tensor linear_nt(const at::Tensor& x, const at::Tensor& weight);
+// y (M, N) = x (M, K) * weight (N, K)^T. x and weight: same floating dtype, on the current CUDA
+// device (made contiguous here). y is float32 for float32/float16/bfloat16 inputs (float32
+// accumulation) and float64 for float64 inputs. The weight's preparation for the GEMM (the
+// 3xTF32 split) is a fold cached on `weight` itself (common/fold_cache.h) when cache_folds.
+at::Tensor linear_nt(const at::Tensor& x, const at::Tensor& weight, bool cache_folds);
 
 }  // namespace fusedops::cuda

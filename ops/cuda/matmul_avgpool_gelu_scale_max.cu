@@ -53,14 +53,13 @@ at::Tensor avgpool_fold_rows(const at::Tensor& src, int64_t pool) {
   return folded;
 }
 
-std::vector<at::Tensor> fold_avgpool(const at::Tensor& weight, const at::Tensor& bias,
+FoldTensors fold_avgpool(const at::Tensor& weight, const at::Tensor& bias,
                                      int64_t pool) {
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = bias.contiguous();
-  std::vector<at::Tensor> result;
+  FoldTensors result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "avgpool_fold", [&] {
-    result.push_back(avgpool_fold_rows<scalar_t>(w, pool));
-    result.push_back(avgpool_fold_rows<scalar_t>(b, pool));
+    result = {avgpool_fold_rows<scalar_t>(w, pool), avgpool_fold_rows<scalar_t>(b, pool)};
   });
   return result;
 }
@@ -112,17 +111,17 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
 
 at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor) {
+                                              double scale_factor, bool cache_folds) {
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous();
   const int64_t batch = xc.size(0), k = xc.size(1);
   at::Tensor out = at::empty({batch}, x.options());
   if (batch == 0) return out;
-  const std::vector<at::Tensor> folded = FoldCache::instance().get_or_compute(
-      "cuda.avgpool_fold_linear", {weight, bias}, pool_kernel_size,
-      [&] { return fold_avgpool(weight, bias, pool_kernel_size); });
-  const at::Tensor pooled = cuda::linear_nt(xc, folded[0]);  // (batch, out / k), float/double
+  const FoldTensors folded =
+      fold_weights(FoldKind::kAvgPoolLinear, pool_kernel_size, {weight, bias}, cache_folds,
+                   [&] { return fold_avgpool(weight, bias, pool_kernel_size); });
+  const at::Tensor pooled = cuda::linear_nt(xc, folded[0], cache_folds);  // (batch, out / k), float/double
   const int64_t pooled_n = pooled.size(1);
   const at::Tensor wc = weight.contiguous();
   const at::Tensor bc = bias.contiguous();
@@ -144,7 +143,7 @@ std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear_cuda(const at::Tensor& we
                                                             int64_t pool_kernel_size) {
   checks::avgpool_fold_linear(weight, bias, pool_kernel_size);
   const c10::cuda::CUDAGuard device_guard(weight.device());
-  std::vector<at::Tensor> folded = fold_avgpool(weight, bias, pool_kernel_size);
+  const FoldTensors folded = fold_avgpool(weight, bias, pool_kernel_size);
   return {folded[0], folded[1]};
 }
 

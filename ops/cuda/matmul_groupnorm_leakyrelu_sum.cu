@@ -134,13 +134,13 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
                                                const at::Tensor& gn_bias, double eps,
-                                               double negative_slope) {
+                                               double negative_slope, bool cache_folds) {
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), hidden = weight.size(0);
   at::Tensor out = at::empty({batch, hidden}, x.options());
   if (batch == 0 || hidden == 0) return out;
-  const at::Tensor y = cuda::linear_nt(x.contiguous(), weight.contiguous());
+  const at::Tensor y = cuda::linear_nt(x, weight, cache_folds);
   const at::Tensor bc = bias.contiguous();
   const at::Tensor gamma = gn_weight.contiguous();
   const at::Tensor beta = gn_bias.contiguous();

@@ -71,16 +71,16 @@ at::Tensor column_sums(const src_t* src, int64_t rows, int64_t cols, int64_t row
 }
 
 // (column sums of W (K,), sum of b ()) in `out_dtype`.
-std::vector<at::Tensor> fold_sum(const at::Tensor& weight, const at::Tensor& bias,
+FoldTensors fold_sum(const at::Tensor& weight, const at::Tensor& bias,
                                  at::ScalarType out_dtype) {
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = bias.contiguous();
-  std::vector<at::Tensor> result;
+  FoldTensors result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.scalar_type(), "sum_fold", [&] {
-    result.push_back(column_sums(w.data_ptr<scalar_t>(), w.size(0), w.size(1), w.size(1),
-                                 w.options(), out_dtype));
-    result.push_back(column_sums(b.data_ptr<scalar_t>(), b.size(0), 1, 1, b.options(), out_dtype)
-                         .reshape({}));
+    result = {column_sums(w.data_ptr<scalar_t>(), w.size(0), w.size(1), w.size(1), w.options(),
+                          out_dtype),
+              column_sums(b.data_ptr<scalar_t>(), b.size(0), 1, 1, b.options(), out_dtype)
+                  .reshape({})};
   });
   return result;
 }
@@ -144,7 +144,8 @@ __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
                                                            const at::Tensor& weight,
-                                                           const at::Tensor& bias) {
+                                                           const at::Tensor& bias,
+                                                           bool cache_folds) {
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous();
@@ -154,8 +155,8 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
   at::Tensor out = at::empty({batch, 1}, x.options());
   if (batch == 0) return out;
   const at::ScalarType acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const std::vector<at::Tensor> folded = FoldCache::instance().get_or_compute(
-      "cuda.sum_fold_linear", {weight, bias}, 0, [&] { return fold_sum(wc, bc, acc_dtype); });
+  const FoldTensors folded = fold_weights(FoldKind::kSumLinear, 0, {weight, bias}, cache_folds,
+                                          [&] { return fold_sum(wc, bc, acc_dtype); });
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "sum_matvec", [&] {
     using acc = acc_t<scalar_t>;
     sum_matvec_kernel<scalar_t><<<batch, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
@@ -170,7 +171,7 @@ std::tuple<at::Tensor, at::Tensor> sum_fold_linear_cuda(const at::Tensor& weight
                                                         const at::Tensor& bias) {
   checks::sum_fold_linear(weight, bias);
   const c10::cuda::CUDAGuard device_guard(weight.device());
-  std::vector<at::Tensor> folded = fold_sum(weight, bias, weight.scalar_type());
+  const FoldTensors folded = fold_sum(weight, bias, weight.scalar_type());
   return {folded[0], folded[1]};
 }
 

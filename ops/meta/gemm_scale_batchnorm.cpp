@@ -13,7 +13,7 @@ at::Tensor gemm_scale_batchnorm_meta(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps) {
+                                     std::optional<double> momentum, double eps, bool cache_folds) {
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);
   return at::empty_symint({x.sym_size(0), weight.sym_size(0)}, x.options());

@@ -10,7 +10,7 @@ namespace {
 
 at::Tensor matmul_avgpool_gelu_scale_max_meta(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor) {
+                                              double scale_factor, bool cache_folds) {
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   return at::empty_symint({x.sym_size(0)}, x.options());
 }

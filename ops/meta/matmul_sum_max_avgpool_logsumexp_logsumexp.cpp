@@ -9,7 +9,8 @@ namespace {
 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_meta(const at::Tensor& x,
                                                            const at::Tensor& weight,
-                                                           const at::Tensor& bias) {
+                                                           const at::Tensor& bias,
+                                                           bool cache_folds) {
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   return at::empty_symint({x.sym_size(0), c10::SymInt(1)}, x.options());
 }

@@ -31,7 +31,7 @@ TEST(Registration, EveryOperatorHasSchemaCpuAndMetaKernels) {
     EXPECT_TRUE(handle->hasKernelForDispatchKey(c10::DispatchKey::CPU));
     EXPECT_TRUE(handle->hasKernelForDispatchKey(c10::DispatchKey::Meta));
   }
-  for (const char* name : {"fusedops::clear_fold_cache", "fusedops::fold_cache_misses",
+  for (const char* name : {"fusedops::clear_fold_cache", "fusedops::fold_cache_stats",
                            "fusedops::version"}) {
     EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({name, ""}).has_value()) << name;
   }

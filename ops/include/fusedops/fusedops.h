@@ -16,16 +16,22 @@ namespace fusedops {
 // Version string of the library, e.g. "0.1.0".
 const char* version();
 
+// Every model operator takes cache_folds: true (the default) reuses the weight folds it derives
+// from the weights (model 98's pooled Linear, model 18's column sums, the 3xTF32 split of W)
+// while the weights stay the same; false computes them afresh on every call (exact, uncached),
+// for hosts that write weights behind PyTorch's back.
+
 // Model 98: max_j( scale_factor * gelu( avg_pool_k(x W^T + b) )_j ), x: (B, in) -> (B,).
 at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                          const at::Tensor& bias, int64_t pool_kernel_size,
-                                         double scale_factor);
+                                         double scale_factor, bool cache_folds = true);
 
 // Model 18: sum_j (x W^T + b)_j; the max/mean/logsumexp chain over a size-1 dim is identity.
 // x: (B, in) -> (B, 1).
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
                                                       const at::Tensor& weight,
-                                                      const at::Tensor& bias);
+                                                      const at::Tensor& bias,
+                                                      bool cache_folds = true);
 
 // Model 39: BatchNorm1d((x W^T + b) * scale). In training mode uses batch statistics and
 // updates running_mean, running_var and num_batches_tracked in place (momentum = nullopt
@@ -35,13 +41,15 @@ at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
                                 const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                 at::Tensor& running_mean, at::Tensor& running_var,
                                 at::Tensor& num_batches_tracked, bool training,
-                                std::optional<double> momentum, double eps);
+                                std::optional<double> momentum, double eps,
+                                bool cache_folds = true);
 
 // Model 62: 2 * leaky_relu(GroupNorm(x W^T + b)). x: (B, input) -> (B, hidden).
 at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
                                           const at::Tensor& bias, int64_t num_groups,
                                           const at::Tensor& gn_weight, const at::Tensor& gn_bias,
-                                          double eps, double negative_slope);
+                                          double eps, double negative_slope,
+                                          bool cache_folds = true);
 
 // Helper: a Linear followed by AvgPool1d(k) is the Linear whose rows (and bias entries) are
 // the means of each k consecutive rows; the last out % k rows are dropped.
@@ -55,7 +63,18 @@ std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear(const at::Tensor& weight,
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
                                                    const at::Tensor& bias);
 
-// Drops every cached weight fold (see ops/common/fold_cache.h).
+// The weight-fold cache (the rules are in ops/common/fold_cache.h). Folds are cached on their
+// weight tensors and freed when those die. clear_fold_cache() frees every fold now: call it
+// after writing weights in a way the version counter cannot see (memcpy into data_ptr(),
+// in-place edits of inference tensors inside inference mode), or pass cache_folds = false.
+struct FoldCacheStats {
+  int64_t weights = 0;  // live weight tensors the cache tracks (each holds 0 to 4 folds)
+  int64_t entries = 0;  // folds held
+  int64_t bytes = 0;    // their memory, all devices together
+  int64_t misses = 0;   // folds computed since the process started (cached or not)
+};
+FoldCacheStats fold_cache_stats();
+// Streams still reading a fold keep its memory until their work is done.
 void clear_fold_cache();
 
 }  // namespace fusedops

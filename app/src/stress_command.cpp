@@ -1,0 +1,264 @@
+// `fusedops_app stress MODEL`: the model served the way an inference server serves it, and every
+// answer checked. Triton's PyTorch backend (and in-house libtorch servers) load the model under
+// c10::InferenceMode, run several instances on threads of their own, each with its own CUDA
+// stream, either on one shared module (ENABLE_WEIGHT_SHARING) or on a copy each, and load and
+// unload models while running. Each output is compared with the answer of the same input run on
+// one thread beforehand; then a load/unload loop shows that unloading returns the GPU memory.
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "app_error.h"
+#include "commands.h"
+#include "device.h"
+#include "exported_model.h"
+#include "fusedops/fusedops.h"
+#include "tensor_io.h"
+
+namespace fusedops_app {
+
+namespace {
+
+// The most threads `stress` starts: enough for any server instance count we would test, small
+// enough that a typo cannot start thousands of streams.
+constexpr int kMaxStressThreads = 256;
+// Distinct inputs the calls cycle through (each checked against its single-thread answer).
+constexpr int64_t kDistinctInputs = 16;
+// How close "back to the baseline" must be after an unload.
+constexpr int64_t kMemoryToleranceBytes = int64_t{1} << 20;
+
+double percentile(std::vector<double> samples, double p) {
+  std::sort(samples.begin(), samples.end());
+  const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(samples.size())));
+  return samples[std::clamp<size_t>(rank, 1, samples.size()) - 1];
+}
+
+int64_t allocated_bytes(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  synchronize(device);
+  const auto stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(device.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+      .current;
+}
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// Loads the model as a server would: under InferenceMode (its weights become inference tensors)
+// when asked, with the fold cache on or off.
+ExportedModel load_for_serving(const StressOptions& options, const c10::Device& device) {
+  std::optional<c10::InferenceMode> inference;
+  if (options.inference_mode) inference.emplace();
+  ExportedModel model = ExportedModel::load(options.model, device);
+  if (!options.fold_cache) model.disable_fold_cache();
+  return model;
+}
+
+struct Outcome {
+  int64_t calls = 0;
+  int64_t mismatches = 0;
+  double max_abs_error = 0.0;
+  std::vector<double> latencies_ms;
+  std::string first_mismatch;
+};
+
+// One configuration: `threads` threads, each on its own stream, on `models` (one shared, or one
+// each), `calls` calls in all.
+Outcome serve(std::vector<ExportedModel>& models, const std::vector<at::Tensor>& inputs,
+              const std::vector<at::Tensor>& expected, const StressOptions& options,
+              const c10::Device& device) {
+  const int threads = options.threads;  // --instances
+  std::vector<Outcome> per_thread(static_cast<size_t>(threads));
+  std::vector<std::string> errors(static_cast<size_t>(threads));
+  std::atomic<int> ready{0};
+  auto body = [&](int t) {
+    Outcome& out = per_thread[static_cast<size_t>(t)];
+    try {
+      std::optional<c10::StreamGuard> stream_guard;
+      if (device.is_cuda()) {
+        const c10::impl::VirtualGuardImpl guard_impl(device.type());
+        stream_guard.emplace(guard_impl.getStreamFromGlobalPool(device));
+      }
+      ExportedModel& model = models[models.size() == 1 ? 0 : static_cast<size_t>(t)];
+      std::vector<at::Tensor> local_inputs;
+      for (const at::Tensor& x : inputs) local_inputs.push_back(x.to(device));
+      const int64_t share = options.calls / threads + (t < options.calls % threads ? 1 : 0);
+      out.latencies_ms.reserve(static_cast<size_t>(share));
+      // Start together, so that first calls race as they do when a server starts.
+      ready.fetch_add(1);
+      while (ready.load() < threads) std::this_thread::yield();
+      for (int64_t i = 0; i < share; ++i) {
+        const size_t which = static_cast<size_t>((t + i * threads) % kDistinctInputs);
+        const auto start = std::chrono::steady_clock::now();
+        // .cpu() waits for this thread's stream only, as a server's response copy does.
+        const at::Tensor result = model.forward(local_inputs[which]).cpu();
+        out.latencies_ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
+        ++out.calls;
+        // Bitwise equal is the common case and cheap to check; anything else goes through the
+        // tolerance rule (another stream may get another cuBLAS workspace, hence another
+        // summation order).
+        if (at::equal(result, expected[which])) continue;
+        const Comparison c = compare_to_reference(result, expected[which],
+                                                  tolerance_for(expected[which].scalar_type()));
+        out.max_abs_error = std::max(out.max_abs_error, c.max_abs_error);
+        if (!c.passed()) {
+          if (out.mismatches++ == 0) {
+            out.first_mismatch = fmt::format("thread {} call {} (input {}): {}", t, i, which,
+                                             c.describe(tolerance_for(expected[which].scalar_type())));
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(t)] = torch_error_message(e);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(body, t);
+  for (auto& thread : pool) thread.join();
+  for (int t = 0; t < threads; ++t) {
+    if (!errors[static_cast<size_t>(t)].empty()) {
+      throw std::runtime_error(
+          fmt::format("stress thread {}: {}", t, errors[static_cast<size_t>(t)]));
+    }
+  }
+  Outcome total;
+  for (Outcome& o : per_thread) {
+    total.calls += o.calls;
+    total.mismatches += o.mismatches;
+    total.max_abs_error = std::max(total.max_abs_error, o.max_abs_error);
+    total.latencies_ms.insert(total.latencies_ms.end(), o.latencies_ms.begin(),
+                              o.latencies_ms.end());
+    if (total.first_mismatch.empty()) total.first_mismatch = o.first_mismatch;
+  }
+  return total;
+}
+
+}  // namespace
+
+CLI::App* add_stress_command(CLI::App& app, StressOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "stress", "Serve a model from several threads, each with its own CUDA stream, as an "
+                "inference server does; check every output against the single-thread answer; "
+                "then load and unload it and report the GPU memory after each unload");
+  command->add_option("model", options.model, "an eval-mode model.pt or model.pt2")->required();
+  command->add_option("--instances", options.threads,
+                      "serving threads (a server's model instances), each with its own CUDA "
+                      "stream")
+      ->check(CLI::Range(1, kMaxStressThreads))
+      ->capture_default_str();
+  command->add_option("--calls", options.calls, "calls in all, per weight mode")
+      ->check(CLI::Range(int64_t{1}, int64_t{100'000'000}))
+      ->capture_default_str();
+  command->add_option("-b,--batch", options.batch_size, "batch of each call")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}))
+      ->capture_default_str();
+  command->add_option("--weights", options.weights,
+                      "shared: one loaded module for all threads (Triton's weight sharing); "
+                      "copies: one per thread; both")
+      ->check(CLI::IsMember({"shared", "copies", "both"}))
+      ->capture_default_str();
+  command->add_flag("!--no-inference-mode", options.inference_mode,
+                    "load without c10::InferenceMode (Triton's INFERENCE_MODE false)");
+  command->add_flag("!--no-fold-cache", options.fold_cache,
+                    "run the model with cache_folds = false (every call folds its weights)");
+  command->add_option("--unload-cycles", options.unload_cycles,
+                      "load / run / unload cycles after the serving runs")
+      ->check(CLI::Range(0, 10'000))
+      ->capture_default_str();
+  command->add_option("--seed", options.seed, "seed of the inputs")->capture_default_str();
+  return command;
+}
+
+int run_stress_command(const StressOptions& options, const c10::Device& device) {
+  // The single-thread answers, from a model loaded on its own.
+  std::vector<at::Tensor> inputs, expected;
+  {
+    ExportedModel reference = load_for_serving(options, device);
+    if (reference.metadata() && reference.metadata()->mode == "train") {
+      throw UsageError(fmt::format(
+          "{} was exported in train mode: each call updates its BatchNorm statistics, so "
+          "concurrent calls cannot match a single-thread answer; stress an eval-mode export",
+          options.model));
+    }
+    for (int64_t i = 0; i < kDistinctInputs; ++i) {
+      inputs.push_back(reference.random_input(options.batch_size, options.seed + i).cpu());
+      expected.push_back(reference.forward(inputs.back()).cpu());
+    }
+    fmt::print("stress {} on {}: batch {}, {} distinct inputs, InferenceMode {}, fold cache {}\n",
+               reference.display_name(), device.str(), options.batch_size, kDistinctInputs,
+               options.inference_mode ? "on" : "off", options.fold_cache ? "on" : "off");
+  }
+  std::fflush(stdout);
+
+  bool failed = false;
+  std::vector<std::string> modes;
+  if (options.weights != "copies") modes.push_back("shared");
+  if (options.weights != "shared") modes.push_back("copies");
+  for (const std::string& mode : modes) {
+    std::vector<ExportedModel> models;
+    for (int i = 0; i < (mode == "shared" ? 1 : options.threads); ++i) {
+      models.push_back(load_for_serving(options, device));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const Outcome outcome = serve(models, inputs, expected, options, device);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print("{:>6} weights, {} threads: {} calls in {:.2f} s, {:.0f} calls/s, latency p50 "
+               "{:.3f} ms p99 {:.3f} ms, mismatches {} (max |diff| {:.3g})\n",
+               mode, options.threads, outcome.calls, seconds,
+               static_cast<double>(outcome.calls) / seconds, percentile(outcome.latencies_ms, 50),
+               percentile(outcome.latencies_ms, 99), outcome.mismatches, outcome.max_abs_error);
+    if (outcome.mismatches > 0) {
+      fmt::print("  first mismatch: {}\n", outcome.first_mismatch);
+      failed = true;
+    }
+    std::fflush(stdout);
+  }
+
+  if (options.unload_cycles > 0) {
+    // On a GPU, the caching allocator's allocated bytes; on the CPU (no such count), the fold
+    // cache's own bytes stand for what a model leaves behind.
+    const int64_t baseline = allocated_bytes(device);
+    const fusedops::FoldCacheStats folds_before = fusedops::fold_cache_stats();
+    fmt::print("load/unload: baseline {} on {}, fold cache {} entries / {} bytes\n",
+               device.is_cuda() ? fmt::format("{:.2f} MiB allocated", mib(baseline))
+                                : std::string("(no GPU memory)"),
+               device.str(), folds_before.entries, folds_before.bytes);
+    for (int cycle = 1; cycle <= options.unload_cycles; ++cycle) {
+      int64_t loaded = 0;
+      {
+        ExportedModel model = load_for_serving(options, device);
+        for (int64_t i = 0; i < 3; ++i) model.forward(inputs[static_cast<size_t>(i)].to(device));
+        loaded = allocated_bytes(device);
+      }
+      const int64_t after = allocated_bytes(device);
+      const fusedops::FoldCacheStats folds = fusedops::fold_cache_stats();
+      const bool back = std::llabs(after - baseline) <= kMemoryToleranceBytes &&
+                        folds.bytes == folds_before.bytes;
+      const std::string memory =
+          device.is_cuda() ? fmt::format("{:.2f} MiB while loaded, {:.2f} MiB after unload "
+                                         "({:+.3f} MiB vs baseline), ",
+                                         mib(loaded), mib(after), mib(after - baseline))
+                           : std::string();
+      fmt::print("  cycle {}: {}fold cache {} entries / {} bytes after unload: {}\n", cycle,
+                 memory, folds.entries, folds.bytes, back ? "back to baseline" : "NOT back");
+      std::fflush(stdout);
+      failed = failed || !back;
+    }
+  }
+  return failed ? kExitModelFailed : kExitOk;
+}
+
+}  // namespace fusedops_app

@@ -1,0 +1,219 @@
+// The weight-fold cache's rules (ops/common/fold_cache.h) tested on its own, with a stand-in
+// fold: what is reused and when, what is freed and when, threads, inference tensors, and a hit
+// that allocates nothing. test_serving.py covers the same through the models and CUDA streams.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "common/fold_cache.h"
+
+// Every operator new in this test program is counted, so a test can tell whether a stretch of
+// code allocated on the heap.
+namespace {
+std::atomic<int64_t> g_heap_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace fusedops::testing {
+namespace {
+
+// A stand-in fold with model 18's shape: column sums of w and the sum of b.
+struct CountingFold {
+  std::atomic<int> calls{0};
+  FoldTensors operator()(const at::Tensor& w, const at::Tensor& b) {
+    calls.fetch_add(1);
+    return {w.sum(0), b.sum()};
+  }
+};
+
+FoldTensors lookup(const at::Tensor& w, const at::Tensor& b, CountingFold& fold,
+                   bool enabled = true, int64_t param = 0) {
+  return fold_weights(FoldKind::kSumLinear, param, {w, b}, enabled, [&] { return fold(w, b); });
+}
+
+TEST(FoldCache, ReusesWhileWeightsStayTheSame) {
+  const at::Tensor w = at::randn({16, 8}, at::kDouble);
+  const at::Tensor b = at::randn({16}, at::kDouble);
+  CountingFold fold;
+  const FoldTensors first = lookup(w, b, fold);
+  const FoldTensors second = lookup(w, b, fold);
+  EXPECT_EQ(fold.calls, 1);
+  EXPECT_TRUE(first[0].is_same(second[0]));
+  EXPECT_TRUE(at::allclose(second[0], w.sum(0)));
+}
+
+TEST(FoldCache, InPlaceWriteOfEitherSourceRecomputes) {
+  at::Tensor w = at::randn({16, 8}, at::kDouble);
+  at::Tensor b = at::randn({16}, at::kDouble);
+  CountingFold fold;
+  lookup(w, b, fold);
+  w.mul_(2);
+  EXPECT_TRUE(at::allclose(lookup(w, b, fold)[0], w.sum(0)));
+  b.add_(1);
+  EXPECT_TRUE(at::allclose(lookup(w, b, fold)[1], b.sum()));
+  EXPECT_EQ(fold.calls, 3);
+}
+
+TEST(FoldCache, ADetachedAliasIsAnotherTensor) {
+  const at::Tensor w = at::randn({16, 8}, at::kDouble);
+  const at::Tensor b = at::randn({16}, at::kDouble);
+  CountingFold fold;
+  lookup(w, b, fold);
+  lookup(w.detach(), b, fold);
+  EXPECT_EQ(fold.calls, 2);
+}
+
+TEST(FoldCache, DisabledNeverCachesNorReuses) {
+  const at::Tensor w = at::randn({16, 8}, at::kDouble);
+  const at::Tensor b = at::randn({16}, at::kDouble);
+  CountingFold fold;
+  const int64_t entries = fold_cache_stats().entries;
+  lookup(w, b, fold, /*enabled=*/false);
+  lookup(w, b, fold, /*enabled=*/false);
+  EXPECT_EQ(fold.calls, 2);
+  EXPECT_EQ(fold_cache_stats().entries, entries);
+}
+
+TEST(FoldCache, FoldsAreFreedWhenTheirWeightDies) {
+  const FoldCacheStats before = fold_cache_stats();
+  {
+    const at::Tensor w = at::randn({64, 32});
+    const at::Tensor b = at::randn({64});
+    CountingFold fold;
+    lookup(w, b, fold);
+    const FoldCacheStats held = fold_cache_stats();
+    EXPECT_EQ(held.entries, before.entries + 1);
+    EXPECT_EQ(held.weights, before.weights + 1);
+    EXPECT_GE(held.bytes, before.bytes + 32 * 4);
+  }
+  const FoldCacheStats after = fold_cache_stats();
+  EXPECT_EQ(after.entries, before.entries);
+  EXPECT_EQ(after.bytes, before.bytes);
+  EXPECT_EQ(after.weights, before.weights);
+}
+
+TEST(FoldCache, ClearFreesEveryFoldNow) {
+  const at::Tensor w = at::randn({16, 8});
+  const at::Tensor b = at::randn({16});
+  CountingFold fold;
+  lookup(w, b, fold);
+  clear_fold_cache();
+  EXPECT_EQ(fold_cache_stats().entries, 0);
+  EXPECT_EQ(fold_cache_stats().bytes, 0);
+  lookup(w, b, fold);
+  EXPECT_EQ(fold.calls, 2);
+}
+
+TEST(FoldCache, AtMostFourFoldsPerWeight) {
+  const at::Tensor w = at::randn({16, 8});
+  const at::Tensor b = at::randn({16});
+  CountingFold fold;
+  const int64_t entries = fold_cache_stats().entries;
+  for (int64_t param = 0; param < 7; ++param) lookup(w, b, fold, true, param);
+  EXPECT_EQ(fold_cache_stats().entries, entries + static_cast<int64_t>(kMaxFoldsPerWeight));
+  lookup(w, b, fold, true, 6);  // the most recent one is still there
+  EXPECT_EQ(fold.calls, 7);
+}
+
+TEST(FoldCache, InferenceTensorsAreCachedByIdentity) {
+  // Inference tensors have no version counter: an in-place write inside inference mode is not
+  // seen (the documented rule), and clear_fold_cache() is the remedy.
+  c10::InferenceMode inference;
+  at::Tensor w = at::randn({16, 8});
+  const at::Tensor b = at::randn({16});
+  ASSERT_TRUE(w.is_inference());
+  CountingFold fold;
+  lookup(w, b, fold);
+  lookup(w, b, fold);
+  EXPECT_EQ(fold.calls, 1);
+  w.mul_(2);
+  lookup(w, b, fold);
+  EXPECT_EQ(fold.calls, 1);
+  clear_fold_cache();
+  EXPECT_TRUE(at::allclose(lookup(w, b, fold)[0], w.sum(0)));
+  EXPECT_EQ(fold.calls, 2);
+}
+
+TEST(FoldCache, AHitAllocatesNothing) {
+  for (const bool inference : {false, true}) {
+    SCOPED_TRACE(inference ? "inference tensors" : "ordinary tensors");
+    std::optional<c10::InferenceMode> mode;
+    if (inference) mode.emplace();
+    const at::Tensor w = at::randn({16, 8});
+    const at::Tensor b = at::randn({16});
+    CountingFold fold;
+    const int64_t at_miss = g_heap_allocations.load();
+    lookup(w, b, fold);
+    EXPECT_GT(g_heap_allocations.load() - at_miss, 0);  // the counter does see allocations
+    const int64_t before = g_heap_allocations.load();
+    for (int i = 0; i < 1000; ++i) lookup(w, b, fold);
+    EXPECT_EQ(g_heap_allocations.load() - before, 0);
+    EXPECT_EQ(fold.calls, 1);
+  }
+}
+
+TEST(FoldCache, ConcurrentFirstLookupsComputeOnce) {
+  const at::Tensor w = at::randn({256, 128});
+  const at::Tensor b = at::randn({256});
+  std::atomic<int> calls{0};
+  std::mutex mutex;
+  std::condition_variable start;
+  bool go = false;
+  std::vector<FoldTensors> results(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        start.wait(lock, [&] { return go; });
+      }
+      results[t] = fold_weights(FoldKind::kSumLinear, 0, {w, b}, true, [&] {
+        calls.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a slow fold
+        return FoldTensors{w.sum(0), b.sum()};
+      });
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    go = true;
+  }
+  start.notify_all();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(calls, 1);
+  for (const auto& r : results) EXPECT_TRUE(r[0].is_same(results[0][0]));
+}
+
+TEST(FoldCache, AFoldCannotLookUpAnotherFold) {
+  const at::Tensor w = at::randn({16, 8});
+  const at::Tensor b = at::randn({16});
+  const at::Tensor w2 = at::randn({16, 8});
+  EXPECT_THROW(fold_weights(FoldKind::kSumLinear, 0, {w, b}, true,
+                            [&] {
+                              CountingFold inner;
+                              return lookup(w2, b, inner);
+                            }),
+               c10::Error);
+  // The failed lookup left nothing half-done: the weight folds normally afterwards.
+  CountingFold fold;
+  EXPECT_TRUE(at::allclose(lookup(w, b, fold)[0], w.sum(0)));
+}
+
+}  // namespace
+}  // namespace fusedops::testing
