@@ -19,11 +19,12 @@ constexpr const char* kOperator = "fusedops::matmul_sum_max_avgpool_logsumexp_lo
 bool call_operator_by_name() {
   const auto op = c10::Dispatcher::singleton()
                       .findSchemaOrThrow(kOperator, "")
-                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+                      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        bool)>();  // x, weight, bias, cache_folds
   const at::Tensor x = at::rand({8, 64});
   const at::Tensor weight = at::randn({32, 64});
   const at::Tensor bias = at::randn({32});
-  const at::Tensor fused = op.call(x, weight, bias);
+  const at::Tensor fused = op.call(x, weight, bias, /*cache_folds=*/true);
   const at::Tensor expected = at::linear(x, weight, bias).sum(1, /*keepdim=*/true);
   const bool close = at::allclose(fused, expected, /*rtol=*/1e-4, /*atol=*/1e-4);
   std::cout << kOperator << ": output " << fused.sizes() << ", "
