@@ -51,7 +51,9 @@ import copy
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,16 +130,17 @@ class ExportSpec:
 
 
 def write_atomically(path: Path, write) -> None:
-    """write(temporary_path) in path's folder, then rename it to path: a reader (or a crash)
-    sees the old file or the new one, never a part, and a hard link elsewhere to the old file
-    keeps the old bytes. The temporary name keeps path's suffix (aoti_compile_and_package
-    wants .pt2)."""
-    temporary = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    """write(temporary_path) in a private folder next to path, then rename it to path: a
+    reader (or a crash) sees the old file or the new one, never a part, and a hard link
+    elsewhere to the old file keeps the old bytes. The temporary file has path's name
+    (aoti_compile_and_package names the package's top folder after it)."""
+    folder = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
     try:
+        temporary = folder / path.name
         write(temporary)
         os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def save_tensor(tensor: torch.Tensor, path: Path) -> None:

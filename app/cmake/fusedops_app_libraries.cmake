@@ -93,7 +93,8 @@ add_library(fusedops_app_files STATIC
   "${FUSEDOPS_APP_SOURCE_DIR}/model_metadata.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/repository_layout.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/temporary_directory.cpp"
-  "${FUSEDOPS_APP_SOURCE_DIR}/tensor_io.cpp")
+  "${FUSEDOPS_APP_SOURCE_DIR}/tensor_io.cpp"
+  "${FUSEDOPS_APP_SOURCE_DIR}/tensor_pickle.cpp")
 target_include_directories(fusedops_app_files PUBLIC
   "${FUSEDOPS_APP_SOURCE_DIR}" "${FUSEDOPS_APP_FMT_SHIM_DIR}")
 target_link_libraries(fusedops_app_files PUBLIC

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 
 #include "aoti_package.h"
 #include "app_error.h"
+#include "bounded_read_adapter.h"
 #include "cpu_isa.h"
 #include "fusedops/fusedops.h"
 #include "manifest.h"
@@ -168,9 +168,7 @@ ExportedModel ExportedModel::load_torchscript(const std::filesystem::path& path,
   torch::jit::ExtraFilesMap extra_files{{kMetadataFileName, ""}};
   torch::jit::Module module;
   try {
-    module = torch::jit::load(std::make_shared<caffe2::serialize::MemoryReadAdapter>(
-                                  bytes.data(), static_cast<off_t>(bytes.size())),
-                              device, extra_files);
+    module = torch::jit::load(std::make_shared<BoundedReadAdapter>(bytes), device, extra_files);
   } catch (const std::exception& e) {
     throw_load_error(path, e);
   }

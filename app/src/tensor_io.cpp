@@ -3,17 +3,22 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <optional>
+#include <string_view>
+#include <tuple>
 
 #include "app_error.h"
+#include "bounded_read_adapter.h"
 #include "file_access.h"
 #include "model_metadata.h"
+#include "tensor_pickle.h"
 
 namespace fusedops_app {
 
@@ -48,11 +53,12 @@ std::optional<int64_t> storage_elements_reached(const at::Tensor& tensor) {
   return elements;
 }
 
-// The C++ unpickler builds a tensor from the sizes, strides and offset the pickle states,
-// without comparing them with the storage record it read (Python's torch.load does): a file
-// cut short, or one lying about its shape, would be read past the end of its buffer.
+// The C++ unpickler builds a tensor from the sizes, strides and offset the pickle states, and
+// a storage of the size the pickle states, over the record it read, without comparing any of
+// them with the record's size (Python's torch.load does): a file cut short, or one lying about
+// its shape, would be read past the end of its buffer.
 void check_tensor_fits_its_storage(const at::Tensor& tensor, const std::string& source,
-                                   std::uintmax_t max_bytes) {
+                                   uint64_t record_bytes, std::uintmax_t max_bytes) {
   const std::string described = fmt::format(
       "{}: the tensor's shape {} (strides [{}], storage offset {}) of {}", source,
       shape_text(tensor.sizes()), fmt::join(tensor.strides(), ", "), tensor.storage_offset(),
@@ -68,7 +74,10 @@ void check_tensor_fits_its_storage(const at::Tensor& tensor, const std::string& 
       __builtin_mul_overflow(tensor.numel(), item_bytes, &numel_bytes)) {
     throw UsageError(described + " overflows int64 bytes");
   }
-  const auto storage_bytes = static_cast<int64_t>(tensor.storage().nbytes());
+  // The unpickler sizes the storage from the pickle's element count, not from the record it
+  // read: the record is what the file holds.
+  const auto storage_bytes =
+      std::min(static_cast<int64_t>(tensor.storage().nbytes()), static_cast<int64_t>(record_bytes));
   if (needed_bytes > storage_bytes) {
     throw UsageError(fmt::format("{} needs {} bytes of storage, the file holds {}: the file is "
                                  "cut short or its shape is wrong",
@@ -79,6 +88,16 @@ void check_tensor_fits_its_storage(const at::Tensor& tensor, const std::string& 
     throw UsageError(fmt::format("{} is {} bytes of values, more than the {}-byte limit for a "
                                  "tensor file",
                                  described, numel_bytes, max_bytes));
+  }
+}
+
+std::tuple<at::DataPtr, size_t> read_record(caffe2::serialize::PyTorchStreamReader& archive,
+                                            const std::string& name, const std::string& source) {
+  try {
+    return archive.getRecord(name);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("cannot read a tensor from {}: {}", source,
+                                 torch_error_message(e)));
   }
 }
 
@@ -98,12 +117,15 @@ at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& 
   // Look inside the archive first: its records' sizes bound what unpickling will allocate, and
   // a TorchScript archive (code/, constants.pkl) gets a message of its own: it is never loaded,
   // since loading one runs the code it holds.
+  // One reader for the look inside and the unpickling, over a bounded adapter (not
+  // torch::jit::pickle_load, whose adapter reads past the end of a damaged archive).
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   uint64_t record_bytes = 0;
+  std::vector<uint64_t> storage_records;  // sizes of the data/<key> records
   try {
-    caffe2::serialize::PyTorchStreamReader archive(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(
-            bytes.data(), static_cast<off_t>(bytes.size())));
-    for (const std::string& record : archive.getAllRecords()) {
+    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+        std::make_shared<BoundedReadAdapter>(bytes));
+    for (const std::string& record : archive->getAllRecords()) {
       if (record == "constants.pkl" || record.rfind("code/", 0) == 0) {
         throw UsageError(fmt::format(
             "{} is a TorchScript archive (torch.jit.save), not a tensor: the app does not load "
@@ -111,7 +133,11 @@ at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& 
             "writes them so since its manifest format 1; re-export an older repository)",
             source));
       }
-      record_bytes += archive.getRecordSize(record);
+      const uint64_t size = archive->getRecordSize(record);
+      record_bytes += size;
+      if (record.rfind("data/", 0) == 0) {
+        storage_records.push_back(size);
+      }
     }
   } catch (const UsageError&) {
     throw;
@@ -124,10 +150,27 @@ at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& 
                                  "limit for a tensor file",
                                  source, record_bytes, max_bytes));
   }
+  // torch.save of one tensor (or a view of one) writes one storage.
+  if (storage_records.size() != 1) {
+    throw UsageError(fmt::format("{} holds {} tensor storages; expected the one of a "
+                                 "torch.save(tensor) file",
+                                 source, storage_records.size()));
+  }
+
+  {
+    const auto [pickle, pickle_size] = read_record(*archive, "data.pkl", source);
+    check_tensor_pickle(
+        std::string_view(static_cast<const char*>(pickle.get()), pickle_size), source);
+  }
 
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(bytes);
+    // What torch::jit::pickle_load does, on the CPU: no type resolver and no object loader, so
+    // a pickle naming a TorchScript class or anything but tensors and containers is an error.
+    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                              /*type_resolver=*/std::nullopt,
+                                              /*obj_loader=*/std::nullopt,
+                                              /*device=*/at::Device(at::kCPU), *archive);
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("cannot read a tensor from {}: {}", source,
                                  torch_error_message(e)));
@@ -146,8 +189,10 @@ at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& 
                                  "bfloat16 or float64",
                                  source, c10::toString(tensor.scalar_type())));
   }
-  check_tensor_fits_its_storage(tensor, source, max_bytes);
-  return tensor.cpu().contiguous();
+  check_tensor_fits_its_storage(tensor, source, storage_records.front(), max_bytes);
+  // A copy: its storage is exactly its values, not the file's storage with a size the file
+  // stated.
+  return tensor.cpu().clone(at::MemoryFormat::Contiguous);
 }
 
 at::Tensor load_tensor_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {

@@ -19,12 +19,13 @@ namespace fusedops_app {
 inline constexpr std::uintmax_t kDefaultMaxTensorFileBytes = std::uintmax_t{1} << 30;
 inline constexpr const char* kMaxTensorFileOption = "--max-tensor-file-mib";
 
-// A tensor from the bytes of a torch.save(tensor) / torch::pickle_save file, read with
-// torch::pickle_load, libtorch's restricted unpickler, which builds tensors and containers
-// and runs no code. Only a dense floating tensor (float32, float16, bfloat16, float64) is
-// accepted, and only once its sizes, strides and offset are checked to lie within the storage
-// the file holds (the C++ unpickler does not check that). A TorchScript archive is refused
-// unread. Throws UsageError naming source. The tensor comes back contiguous on the CPU.
+// A tensor from the bytes of a torch.save(tensor) / torch::pickle_save file, read as
+// torch::pickle_load reads it (libtorch's restricted unpickler, which builds tensors and
+// containers and runs no code), over an adapter that never reads past the bytes. Only one
+// dense floating tensor (float32, float16, bfloat16, float64) is accepted, and only once its
+// sizes, strides and offset are checked to lie within the storage record the file holds (the
+// C++ unpickler does not check that). A TorchScript archive is refused unread. Throws
+// UsageError naming source. The tensor comes back as a contiguous copy on the CPU.
 at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& source,
                              std::uintmax_t max_bytes = kDefaultMaxTensorFileBytes);
 

@@ -34,6 +34,9 @@ struct TritonSchema {
   const pb::Message* model_config = nullptr;  // the ModelConfig prototype
 
   TritonSchema() {
+    // Parse errors are reported through FirstError; protobuf's own log lines (on stderr) would
+    // only repeat them, or warn about the UTF-8 check above.
+    pb::SetLogHandler(nullptr);
     pb::FileDescriptorProto file;
     if (!file.ParseFromArray(kTritonModelConfigDescriptor,
                              static_cast<int>(kTritonModelConfigDescriptorSize)) ||
@@ -172,7 +175,14 @@ nlohmann::json parse_triton_config(const std::string& text, const std::string& s
   if (!status.ok()) {
     throw UsageError(fmt::format("{}: {}", source, printable(status.ToString())));
   }
-  return nlohmann::json::parse(json);
+  try {
+    return nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception&) {
+    // protobuf's text parser takes bytes that are not UTF-8 into a string field, and its JSON
+    // printer passes them on (the fuzzer's finding); Triton's schema is proto3, where strings
+    // are UTF-8.
+    throw UsageError(fmt::format("{}: a string field is not valid UTF-8", source));
+  }
 }
 
 void check_triton_config(const nlohmann::json& config, const TritonConfigExpectation& expected,
