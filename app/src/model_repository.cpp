@@ -36,18 +36,26 @@ bool is_folder(const fs::path& path, std::error_code& error) {
   return !error && status.type() == fs::file_type::directory;
 }
 
-// A model folder is recognised by what Triton needs in it: config.pbtxt or a version folder.
+// A model folder is recognised by what export writes into it (config.pbtxt, the manifest) or
+// by a version folder holding a model file.
 bool looks_like_model_folder(const fs::path& folder) {
   std::error_code error;
-  if (fs::exists(folder / kTritonConfigName, error) || fs::exists(folder / kManifestFileName, error)) {
+  if (fs::exists(folder / kTritonConfigName, error) ||
+      fs::exists(folder / kManifestFileName, error)) {
     return true;
   }
   fs::directory_iterator entries(folder, error);
   for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
     const std::string name = entries->path().filename().string();
-    if (!name.empty() && std::all_of(name.begin(), name.end(),
+    if (name.empty() || !std::all_of(name.begin(), name.end(),
                                      [](unsigned char c) { return std::isdigit(c); })) {
-      return true;
+      continue;
+    }
+    for (const char* file_name : kModelFileNames) {
+      std::error_code file_error;
+      if (fs::exists(entries->path() / file_name, file_error)) {
+        return true;
+      }
     }
   }
   return false;

@@ -141,8 +141,8 @@ def test_export_metadata_and_scripted_model(model_repo):
         assert f"ops.fusedops.{problem.op}" in model.code
 
         # The saved reference output is the reference model's, and the drop-in matches it.
-        sample = torch.load(model_repo / name / "sample_input.pt"), weights_only=True)
-        reference = torch.load(model_repo / name / "reference_output.pt"), weights_only=True)
+        sample = torch.load(model_repo / name / "sample_input.pt", weights_only=True)
+        reference = torch.load(model_repo / name / "reference_output.pt", weights_only=True)
         with torch.no_grad():
             torch.testing.assert_close(model(sample), reference, atol=1e-4, rtol=1e-4)
 
@@ -179,7 +179,7 @@ def test_run_given_input_writes_the_output(model_repo, tmp_path):
     output = tmp_path / "out.pt"
     run_app("run", model_file(model_repo, "98"), "--input", model_repo / name / "sample_input.pt",
             "--output", output)
-    reference = torch.load(model_repo / name / "reference_output.pt"), weights_only=True)
+    reference = torch.load(model_repo / name / "reference_output.pt", weights_only=True)
     torch.testing.assert_close(torch.load(output), reference, atol=1e-4, rtol=1e-4)
 
 
@@ -208,7 +208,7 @@ def test_check_fails_on_a_wrong_reference(model_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(model_repo, repo)
     name = MODEL_NAMES["98"]
-    reference = torch.load(repo / name / "reference_output.pt"), weights_only=True)
+    reference = torch.load(repo / name / "reference_output.pt", weights_only=True)
     wrong = reference.clone()
     wrong[7] += 1e-2
     torch.save(wrong, repo / name / "reference_output.pt")  # the app reads torch.save too
@@ -450,8 +450,8 @@ def test_export_pt2_metadata_and_package(aoti_repo):
                                      "dtype": "float32"}
         # The package reproduces the reference output, and its batch dimension is free.
         folder = aoti_repo / aoti_name(key)
-        sample = torch.load(folder / "sample_input.pt"), weights_only=True)
-        reference = torch.load(folder / "reference_output.pt"), weights_only=True)
+        sample = torch.load(folder / "sample_input.pt", weights_only=True)
+        reference = torch.load(folder / "reference_output.pt", weights_only=True)
         torch.testing.assert_close(package(sample), reference, atol=1e-4, rtol=1e-4)
         scripted = torch.jit.load(str(model_file(aoti_repo, key)))
         for batch in (1, 5):
@@ -502,7 +502,7 @@ def test_run_pt2_at_another_batch_and_on_the_sample(aoti_repo, tmp_path):
     folder = aoti_repo / aoti_name("98")
     run_app("run", aoti_file(aoti_repo, "98"), "--input", folder / "sample_input.pt",
             "--output", output)
-    reference = torch.load(folder / "reference_output.pt"), weights_only=True)
+    reference = torch.load(folder / "reference_output.pt", weights_only=True)
     torch.testing.assert_close(torch.load(output), reference, atol=1e-4, rtol=1e-4)
 
 
