@@ -12,22 +12,26 @@ Layout (NVIDIA Triton's PyTorch backend: platform "pytorch_libtorch" for model.p
     <output>/<model>/1/model.pt            torch.jit.script(ModelNew), extra file fusedops.json
     <output>/<model>_aoti/config.pbtxt     platform "torch_aoti"
     <output>/<model>_aoti/1/model.pt2      AOTInductor package, metadata entry fusedops.json
-    <output>/<folder>/sample_input.pt      one input batch        } TorchScript modules holding
-    <output>/<folder>/reference_output.pt  the reference's output } the tensor as buffer "tensor"
+    <output>/<folder>/sample_input.pt      one input batch        } torch.save(tensor): data
+    <output>/<folder>/reference_output.pt  the reference's output } only, no code
+    <output>/<folder>/fusedops_manifest.json  SHA-256 and size of every file above (written last)
 
 <model> is fusedops_<problem>_<op>, e.g. fusedops_98_matmul_avgpool_gelu_scale_max. The sample
-input and reference output are computed once per model and shared by both folders (a hard
-link where the file system allows it, else a copy), so that each folder checks on its own.
+input and reference output are computed once per model and written into each folder as its own
+files (no links between folders: re-exporting one format never changes the other's files), so
+that each folder checks on its own. Every file is written to a temporary name in its folder and
+renamed into place.
 
 The .pt2 holds a shared library that AOTInductor compiled for the export's device type (on the
-CPU with -march=native: for this machine's instruction set); the C++ compile takes 10 to 25 s
-per model at the small sizes on a 2-core machine. Its batch dimension is dynamic
-(torch.export.Dim, any batch >= 1), like the TorchScript model's. With --mode train, model 39's
-package updates the running statistics it holds on each call, as the TorchScript model does.
+CPU with -march=native: for this machine's instruction set, which fusedops.json records as
+cpu_features); the C++ compile takes 10 to 25 s per model at the small sizes on a 2-core
+machine. Its batch dimension is dynamic (torch.export.Dim, any batch >= 1), like the
+TorchScript model's. With --mode train, model 39's package updates the running statistics it
+holds on each call, as the TorchScript model does.
 
-The sample tensors are TorchScript modules rather than torch.save pickles because
-torch::jit::load reads them in C++ with nothing but libtorch (fusedops_app, the C++ tests)
-and Python reads them with torch.jit.load(path).tensor.
+The sample tensors are torch.save(tensor) files: plain data that torch.load(path,
+weights_only=True) reads in Python and torch::pickle_load (a restricted unpickler that runs no
+code) in C++; fusedops_app also checks each tensor's extent against the bytes its file holds.
 
 Models are exported in eval() mode by default: that is how a deployed model runs, and for
 model 39 it means BatchNorm uses its running statistics. Those statistics are first
@@ -44,10 +48,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +70,17 @@ from fusedops.problems import PROBLEMS, Problem
 
 EXTRA_FILE_NAME = "fusedops.json"
 # Bumped whenever the keys of the extra file change meaning; fusedops_app checks it.
-METADATA_FORMAT = 1
+# 2: rows_independent, and cpu_features for a CPU .pt2.
+METADATA_FORMAT = 2
+# The digests of every file of a model folder (app/src/manifest.h reads it).
+MANIFEST_FILE_NAME = "fusedops_manifest.json"
+MANIFEST_FORMAT = 1
+SAMPLE_FILES = ("sample_input.pt", "reference_output.pt", "reference_output_float64.pt")
+# Problems whose rows are not independent in train mode: model 39's BatchNorm normalizes with
+# the statistics of the whole batch, so a server must not batch requests together.
+BATCH_STATISTICS_IN_TRAIN_MODE = {"39"}
+# cpuinfo's capability keys that are not instructions a compiler generates.
+NON_ISA_CAPABILITIES = {"clflush", "clflushopt", "clwb"}
 
 # Artifacts --formats chooses from: TorchScript and torch.export + AOTInductor.
 FORMATS = ("pt", "pt2")
@@ -113,17 +129,59 @@ class ExportSpec:
         return tuple(self.problem.input_shape(self.batch_size, self.init_args))
 
 
-class TensorContainer(torch.nn.Module):
-    """Holds tensors as buffers so that C++ reads them back with torch::jit::load."""
-
-    def __init__(self, tensors: dict[str, torch.Tensor]):
-        super().__init__()
-        for name, tensor in tensors.items():
-            self.register_buffer(name, tensor)
+def write_atomically(path: Path, write) -> None:
+    """write(temporary_path) in a private folder next to path, then rename it to path: a
+    reader (or a crash) sees the old file or the new one, never a part, and a hard link
+    elsewhere to the old file keeps the old bytes. The temporary file has path's name
+    (aoti_compile_and_package names the package's top folder after it)."""
+    folder = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
+    try:
+        temporary = folder / path.name
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def save_tensor(tensor: torch.Tensor, path: Path) -> None:
-    torch.jit.save(torch.jit.script(TensorContainer({"tensor": tensor.detach()})), str(path))
+    """torch.save of the bare tensor, on the CPU (the app moves it where the model runs)."""
+    write_atomically(path, lambda p: torch.save(tensor.detach().cpu().contiguous(), p))
+
+
+def load_tensor(path: Path) -> torch.Tensor:
+    """What fusedops_app reads: a torch.save'd tensor, loaded without running code."""
+    return torch.load(path, weights_only=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_atomically(path, lambda p: p.write_text(text))
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(model_dir: Path, relative_names: list[str]) -> None:
+    """fusedops_manifest.json: SHA-256 and size of each file, so that fusedops_app refuses a
+    file damaged or changed after export. Written last: a folder whose export stopped halfway
+    has a manifest that does not match, or none."""
+    files = {name: {"sha256": sha256_of(model_dir / name),
+                    "bytes": (model_dir / name).stat().st_size}
+             for name in sorted(relative_names)}
+    write_text(model_dir / MANIFEST_FILE_NAME, json.dumps(
+        {"format": MANIFEST_FORMAT, "algorithm": "sha256", "files": files}, indent=2) + "\n")
+
+
+def cpu_features() -> list[str]:
+    """The instruction set extensions of this CPU, by cpuinfo's names (the app reads the same
+    ones with at::cpu::get_cpu_capabilities): AOTInductor compiles a CPU .pt2 with
+    -march=native, so its code may use any of them."""
+    return sorted(name for name, present in torch.cpu.get_capabilities().items()
+                  if present is True and name not in NON_ISA_CAPABILITIES)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -189,13 +247,31 @@ def compute_reference_output(reference: torch.nn.Module, x: torch.Tensor,
             reference.to(spec.dtype)
 
 
+def rows_independent(spec: ExportSpec) -> bool:
+    return not (spec.mode == "train" and spec.problem.key in BATCH_STATISTICS_IN_TRAIN_MODE)
+
+
+def instance_group(spec: ExportSpec, artifact_format: str) -> list[str]:
+    """Where Triton runs the model's instances, with the reason as a comment."""
+    if spec.device.type == "cuda":
+        return ["# Exported for CUDA: one instance on each GPU of the server.",
+                "instance_group [ { count: 1, kind: KIND_GPU } ]"]
+    if artifact_format == "pt2":
+        return ["# This .pt2 holds code AOTInductor compiled for the CPU: it runs only on CPU",
+                "# instances. To serve it on GPUs, export it with --device cuda on a GPU machine.",
+                "instance_group [ { count: 1, kind: KIND_CPU } ]"]
+    return ["# Exported on the CPU, but a TorchScript model runs on any device: KIND_AUTO puts an",
+            "# instance on each GPU of the server, or on the CPU where there is none.",
+            "instance_group [ { count: 1, kind: KIND_AUTO } ]"]
+
+
 def triton_config(spec: ExportSpec, output_shape: tuple[int, ...], artifact_format: str) -> str:
     """config.pbtxt for Triton's PyTorch backend: dims exclude the batch dimension.
 
     Both platforms take the same INPUT__0 / OUTPUT__0 names (the backend maps <name>__<index>
     to the forward's positional argument and output). For "torch_aoti" the backend loads
     <version>/model.pt2 and the package's model named "model", aoti_compile_and_package's
-    default.
+    default. fusedops_app check validates it with Triton's schema and against the model.
     """
     data_type = TRITON_DATA_TYPES[spec.dtype]
 
@@ -209,14 +285,23 @@ def triton_config(spec: ExportSpec, output_shape: tuple[int, ...], artifact_form
         lines.append("  }")
         return "\n".join(lines)
 
-    kind = "KIND_GPU" if spec.device.type == "cuda" else "KIND_CPU"
+    if rows_independent(spec):
+        batching = ["# Each output row depends on its input row alone: Triton may batch requests.",
+                    "dynamic_batching { }"]
+    else:
+        batching = ["# No dynamic_batching: in train mode BatchNorm normalizes with the statistics",
+                    "# of the whole batch, so batching requests together would change each",
+                    "# request's output. Each request is one batch."]
     return "\n".join([
         f'name: "{spec.folder_name(artifact_format)}"',
         f'platform: "{TRITON_PLATFORMS[artifact_format]}"',
         f"max_batch_size: {spec.batch_size}",
         "input [", tensor_entry("INPUT__0", spec.input_shape[1:]), "]",
         "output [", tensor_entry("OUTPUT__0", output_shape[1:]), "]",
-        f"instance_group [ {{ count: 1, kind: {kind} }} ]",
+        *instance_group(spec, artifact_format),
+        *batching,
+        "# Triton's default since 23.06, said here: the model runs under torch::InferenceMode.",
+        'parameters: { key: "INFERENCE_MODE" value: { string_value: "true" } }',
         "",
     ])
 
@@ -238,14 +323,19 @@ def model_metadata(spec: ExportSpec, output: torch.Tensor, artifact_format: str)
         "seed": spec.seed,
         "fusedops_version": torch.ops.fusedops.version(),
         "torch_version": torch.__version__,
+        "rows_independent": rows_independent(spec),
+        **({"cpu_features": cpu_features()}
+           if artifact_format == "pt2" and spec.device.type == "cpu" else {}),
     }
 
 
 def save_torchscript(model_new: torch.nn.Module, metadata: dict, path: Path) -> None:
-    torch.jit.save(torch.jit.script(model_new), str(path),
-                   _extra_files={EXTRA_FILE_NAME: json.dumps(metadata, indent=2)})
-    # Read it back: a file torch cannot load must fail here, not in the C++ host.
-    torch.jit.load(str(path), map_location="cpu")
+    def write(temporary: Path) -> None:
+        torch.jit.save(torch.jit.script(model_new), str(temporary),
+                       _extra_files={EXTRA_FILE_NAME: json.dumps(metadata, indent=2)})
+        # Read it back: a file torch cannot load must fail here, not in the C++ host.
+        torch.jit.load(str(temporary), map_location="cpu")
+    write_atomically(path, write)
 
 
 def tracing_input(x: torch.Tensor) -> torch.Tensor:
@@ -261,26 +351,18 @@ def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dic
     batch = torch.export.Dim("batch", min=1)
     exported = torch.export.export(model_new, (tracing_input(x),),
                                    dynamic_shapes={"x": {0: batch}})
-    torch._inductor.aoti_compile_and_package(
-        exported, package_path=str(path),
-        # Carried inside the package: C++ reads it with
-        # AOTIModelPackageLoader::load_metadata_from_package, Python with
-        # torch._inductor.aoti_load_package(path).get_metadata().
-        inductor_configs={"aot_inductor.metadata": {
-            EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
-    # Load it back (this dlopens the compiled library): a package that cannot load must fail
-    # here, not in the C++ host.
-    torch._inductor.aoti_load_package(str(path))
 
-
-def share_file(source: Path, destination: Path) -> None:
-    """destination holds source's bytes: one file under two names where the file system allows
-    (the SPEC-size sample input is 32 MiB), a copy where it does not."""
-    destination.unlink(missing_ok=True)
-    try:
-        os.link(source, destination)
-    except OSError:
-        shutil.copyfile(source, destination)
+    def write(temporary: Path) -> None:
+        torch._inductor.aoti_compile_and_package(
+            exported, package_path=str(temporary),
+            # Carried inside the package: C++ reads it from the archive's wrapper_metadata.json
+            # (fusedops_app), Python with torch._inductor.aoti_load_package(path).get_metadata().
+            inductor_configs={"aot_inductor.metadata": {
+                EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
+        # Load it back (this dlopens the compiled library): a package that cannot load must
+        # fail here, not in the C++ host.
+        torch._inductor.aoti_load_package(str(temporary))
+    write_atomically(path, write)
 
 
 def export_model(spec: ExportSpec, repo: Path, formats: list[str]) -> list[tuple[Path, float]]:
@@ -306,17 +388,13 @@ def export_model(spec: ExportSpec, repo: Path, formats: list[str]) -> list[tuple
         else:
             save_aoti_package(model_new, x, metadata, model_dir / "1" / "model.pt2")
 
-        if not written:
-            save_tensor(x, model_dir / "sample_input.pt")
-            save_tensor(reference_output, model_dir / "reference_output.pt")
-            save_tensor(reference_output_float64, model_dir / "reference_output_float64.pt")
-        else:
-            first_dir = written[0][0]
-            for sample in ("sample_input.pt", "reference_output.pt",
-                           "reference_output_float64.pt"):
-                share_file(first_dir / sample, model_dir / sample)
-        (model_dir / "config.pbtxt").write_text(
-            triton_config(spec, config_output_shape, artifact_format))
+        # Each folder gets its own files: no hard link can make a write to one change the other.
+        for name, tensor in zip(SAMPLE_FILES,
+                                (x, reference_output, reference_output_float64)):
+            save_tensor(tensor, model_dir / name)
+        write_text(model_dir / "config.pbtxt",
+                   triton_config(spec, config_output_shape, artifact_format))
+        write_manifest(model_dir, ["config.pbtxt", f"1/model.{artifact_format}", *SAMPLE_FILES])
         written.append((model_dir, time.perf_counter() - start))
     return written
 

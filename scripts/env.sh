@@ -16,7 +16,8 @@ _fusedops_log() { printf '[fusedops] %s\n' "$*" >&2; }
 fusedops_install_system_packages() {
   [[ "${FUSEDOPS_SKIP_APT:-0}" == 1 ]] && return 0
   local pkgs=(cmake ninja-build g++ libgtest-dev libspdlog-dev libfmt-dev libcli11-dev
-              nlohmann-json3-dev python3-venv)
+              nlohmann-json3-dev python3-venv libprotobuf-dev libzip-dev libssl-dev
+              clang libclang-rt-dev)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,20 +54,21 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
       ->required();
   command->add_option("-b,--batch", options.batch_sizes, "comma list of batch sizes")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, kMaxBatchSize))
       ->capture_default_str();
   command->add_option("-n,--iters", options.iterations, "timed calls per batch size")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, kMaxIterations))
       ->capture_default_str();
   command->add_option("--warmup", options.warmup, "untimed calls before timing")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, kMaxIterations))
       ->capture_default_str();
   command->add_option("--seed", options.seed, "seed of the random inputs")->capture_default_str();
   return command;
 }
 
-int run_bench_command(const BenchOptions& options, const c10::Device& device) {
-  ExportedModel model = ExportedModel::load(options.model, device);
+int run_bench_command(const BenchOptions& options, const c10::Device& device,
+                      const FileOptions& files) {
+  ExportedModel model = ExportedModel::load(options.model, device, files.load);
   fmt::print("model {} on {}, {} timed calls after {} warm-up calls per batch size\n",
              model.display_name(), device.str(), options.iterations, options.warmup);
   fmt::print("{:>7} {:>11} {:>11} {:>11} {:>11} {:>15}\n", "batch", "p50 ms", "p90 ms",

@@ -10,7 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "model_repository.h"
+
 namespace fusedops_app {
+
+// Bounds of the numeric options: beyond them a value is a typo or an attack, and libtorch
+// would fail without naming the option (or allocate until the machine stops).
+inline constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxIterations = 10'000'000;
+inline constexpr int64_t kMaxTensorFileMib = int64_t{1} << 20;  // 1 TiB
+
+// Options every subcommand takes (main.cpp), as the commands need them.
+struct FileOptions {
+  LoadOptions load;
+  std::uintmax_t max_tensor_file_bytes = kDefaultMaxTensorFileBytes;
+};
 
 struct InfoOptions {
   std::string model;
@@ -20,6 +34,7 @@ struct RunOptions {
   std::string model;
   std::string input;       // empty: a torch.rand input of the exported shape
   std::string output;      // empty: print only
+  bool force = false;      // replace an existing output file
   int64_t batch_size = 0;  // 0: the exported batch
   uint64_t seed = 0;
   int64_t first_values = 8;
@@ -29,6 +44,7 @@ struct CheckOptions {
   std::string target;
   std::optional<double> atol;
   std::optional<double> rtol;
+  bool allow_external_symlinks = false;
 };
 
 struct BenchOptions {
@@ -58,10 +74,15 @@ CLI::App* add_check_command(CLI::App& app, CheckOptions& options);
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 CLI::App* add_stress_command(CLI::App& app, StressOptions& options);
 
-int run_info_command(const InfoOptions& options, const c10::Device& device);
-int run_run_command(const RunOptions& options, const c10::Device& device);
-int run_check_command(const CheckOptions& options, const c10::Device& device);
-int run_bench_command(const BenchOptions& options, const c10::Device& device);
-int run_stress_command(const StressOptions& options, const c10::Device& device);
+int run_info_command(const InfoOptions& options, const c10::Device& device,
+                     const FileOptions& files);
+int run_run_command(const RunOptions& options, const c10::Device& device,
+                    const FileOptions& files);
+int run_check_command(const CheckOptions& options, const c10::Device& device,
+                      const FileOptions& files);
+int run_bench_command(const BenchOptions& options, const c10::Device& device,
+                      const FileOptions& files);
+int run_stress_command(const StressOptions& options, const c10::Device& device,
+                       const FileOptions& files);
 
 }  // namespace fusedops_app

@@ -7,24 +7,24 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 
 #include <algorithm>
 #include <chrono>
 #include <regex>
 
+#include "aoti_package.h"
 #include "app_error.h"
+#include "bounded_read_adapter.h"
+#include "cpu_isa.h"
 #include "fusedops/fusedops.h"
+#include "manifest.h"
+#include "printable.h"
 #include "tensor_io.h"
 
 namespace fusedops_app {
 
 namespace {
-
-TensorSpec parse_tensor_spec(const nlohmann::json& json) {
-  return {json.at("shape").get<std::vector<int64_t>>(),
-          parse_dtype_name(json.at("dtype").get<std::string>())};
-}
 
 // "expected [B, 256] float32 (any batch B)"
 std::string expected_input_text(const TensorSpec& input) {
@@ -38,14 +38,6 @@ std::string expected_input_text(const TensorSpec& input) {
 c10::DispatchKey dispatch_key_for(const c10::Device& device) {
   return device.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
 }
-
-// The model inside a .pt2 that aoti_compile_and_package writes by default, and the one Triton's
-// torch_aoti platform loads.
-constexpr const char* kAotiPackageModelName = "model";
-// Keys AOTInductor itself writes into every package's metadata.
-constexpr const char* kAotiDeviceKey = "AOTI_DEVICE_KEY";
-constexpr const char* kAotiCpuIsaKey = "AOTI_CPU_ISA";
-constexpr const char* kAotiComputeCapabilityKey = "AOTI_COMPUTE_CAPABILITY";
 
 std::string find_or(const std::unordered_map<std::string, std::string>& map,
                     const std::string& key, const std::string& fallback) {
@@ -102,40 +94,6 @@ void warn_no_metadata(const std::filesystem::path& path) {
 
 }  // namespace
 
-ModelMetadata ModelMetadata::parse(const std::string& json_text, const std::string& source) {
-  ModelMetadata metadata;
-  try {
-    metadata.raw = nlohmann::json::parse(json_text);
-    const auto& json = metadata.raw;
-    metadata.format = json.at("format").get<int>();
-    if (metadata.format > kMetadataFormat) {
-      throw UsageError(fmt::format(
-          "{}: {} has format {}, this app reads format {} or older; use a newer fusedops_app",
-          source, kMetadataFileName, metadata.format, kMetadataFormat));
-    }
-    metadata.model_name = json.at("model_name").get<std::string>();
-    metadata.problem = json.at("problem").get<std::string>();
-    metadata.name = json.at("name").get<std::string>();
-    metadata.op = json.at("op").get<std::string>();
-    metadata.mode = json.at("mode").get<std::string>();
-    metadata.input = parse_tensor_spec(json.at("input"));
-    metadata.output = parse_tensor_spec(json.at("output"));
-    metadata.device = json.at("device").get<std::string>();
-    metadata.seed = json.at("seed").get<int64_t>();
-    metadata.fusedops_version = json.at("fusedops_version").get<std::string>();
-    metadata.torch_version = json.at("torch_version").get<std::string>();
-    metadata.init_args = json.at("init_args");
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: {} is not what scripted/export.py writes: {}", source,
-                                 kMetadataFileName, e.what()));
-  }
-  if (metadata.input.shape.empty()) {
-    throw UsageError(fmt::format("{}: {} gives an input without a batch dimension", source,
-                                 kMetadataFileName));
-  }
-  return metadata;
-}
-
 std::vector<std::string> registered_fusedops_operators() {
   std::vector<std::string> names;
   for (const auto& op : c10::Dispatcher::singleton().getAllOpNames()) {
@@ -159,7 +117,31 @@ ExportedModel::ExportedModel(ExportedModel&&) noexcept = default;
 ExportedModel& ExportedModel::operator=(ExportedModel&&) noexcept = default;
 ExportedModel::~ExportedModel() = default;
 
-ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::Device& device) {
+std::vector<char> read_model_file(const std::filesystem::path& path,
+                                  const LoadOptions& options) {
+  const ReadLimit limit{kMaxModelFileBytes, "model file", ""};
+  const std::filesystem::path absolute = std::filesystem::absolute(path).lexically_normal();
+  const std::filesystem::path model_folder = absolute.parent_path().parent_path();
+  const std::optional<Manifest> manifest = Manifest::load(model_folder);
+  if (manifest) {
+    const std::string relative =
+        (absolute.parent_path().filename() / absolute.filename()).generic_string();
+    return manifest->read_verified(relative, limit);
+  }
+  if (!options.allow_unverified) {
+    throw UsageError(fmt::format(
+        "{}: its model folder {} has no {}, so the file cannot be checked against what "
+        "scripted/export.py wrote; re-export it, or pass --allow-unverified to load it anyway "
+        "(a damaged file may then crash the app or compute wrong numbers)",
+        path.string(), model_folder.string(), kManifestFileName));
+  }
+  spdlog::warn("{}: no {} in {}; loading it unverified (--allow-unverified)", path.string(),
+               kManifestFileName, model_folder.string());
+  return read_file_bounded(path, limit);
+}
+
+ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::Device& device,
+                                  const LoadOptions& options) {
   if (!std::filesystem::exists(path)) {
     throw UsageError(fmt::format("model file not found: {}", path.string()));
   }
@@ -170,9 +152,10 @@ ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::
   }
   spdlog::debug("loading {} onto {}", path.string(), device.str());
   const auto start = std::chrono::steady_clock::now();
+  const std::vector<char> bytes = read_model_file(path, options);
   ExportedModel model = model_format_of(path) == ModelFormat::kAotiPackage
-                            ? load_aoti_package(path, device)
-                            : load_torchscript(path, device);
+                            ? load_aoti_package(path, bytes, device)
+                            : load_torchscript(path, bytes, device);
   spdlog::debug("loaded {} in {:.1f} ms", path.filename().string(),
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                     .count());
@@ -180,11 +163,12 @@ ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::
 }
 
 ExportedModel ExportedModel::load_torchscript(const std::filesystem::path& path,
+                                              const std::vector<char>& bytes,
                                               const c10::Device& device) {
   torch::jit::ExtraFilesMap extra_files{{kMetadataFileName, ""}};
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path.string(), device, extra_files);
+    module = torch::jit::load(std::make_shared<BoundedReadAdapter>(bytes), device, extra_files);
   } catch (const std::exception& e) {
     throw_load_error(path, e);
   }
@@ -203,27 +187,28 @@ ExportedModel ExportedModel::load_torchscript(const std::filesystem::path& path,
 }
 
 ExportedModel ExportedModel::load_aoti_package(const std::filesystem::path& path,
+                                               const std::vector<char>& bytes,
                                                const c10::Device& device) {
-  // The metadata first: it says which device the package was compiled for, and reading it
-  // does not load the compiled library.
-  std::unordered_map<std::string, std::string> aoti_metadata;
-  try {
-    aoti_metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(
-        path.string(), kAotiPackageModelName);
-  } catch (const std::exception& e) {
-    throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): {}",
-                                 path.string(), torch_error_message(e)));
-  }
+  // The archive's entries and the metadata first: they say which device and CPU the package
+  // was compiled for, and reading them writes nothing and loads no code.
+  const AotiPackageContents contents = inspect_aoti_package(bytes, path.string());
+  const std::unordered_map<std::string, std::string>& aoti_metadata = contents.metadata;
 
   // A package holds machine code for one device type: it cannot be moved like a TorchScript
-  // model's weights. (Without the key, the loader below has the last word.)
+  // model's weights.
   const std::string compiled_for = find_or(aoti_metadata, kAotiDeviceKey, "");
+  if (compiled_for.empty()) {
+    throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): its "
+                                 "metadata has no {}",
+                                 path.string(), kAotiDeviceKey));
+  }
   const std::string requested = c10::DeviceTypeName(device.type(), /*lower_case=*/true);
-  if (!compiled_for.empty() && compiled_for != requested) {
+  if (compiled_for != requested) {
     throw UsageError(fmt::format(
         "{} was compiled by AOTInductor for {} and runs only there, not on --device {}; use "
         "--device {}, or export a .pt2 for {} (scripted/export.py --device {})",
-        path.string(), compiled_for, device.str(), compiled_for, requested, requested));
+        path.string(), printable(compiled_for), device.str(), printable(compiled_for),
+        requested, requested));
   }
 
   std::optional<ModelMetadata> metadata;
@@ -234,24 +219,23 @@ ExportedModel ExportedModel::load_aoti_package(const std::filesystem::path& path
     metadata = ModelMetadata::parse(json_text, path.string());
     check_operator_available(*metadata, device, path);
   }
+  if (device.is_cpu()) {
+    check_cpu_can_run(find_or(aoti_metadata, kAotiCpuIsaKey, ""),
+                      find_or(aoti_metadata, kAotiMachineKey, ""),
+                      metadata ? metadata->cpu_features : std::vector<std::string>{},
+                      HostCpu::detect(), path.string());
+  }
 
   ExportedModel model(path, device, ModelFormat::kAotiPackage, std::move(metadata));
-  model.aoti_metadata_ = std::move(aoti_metadata);
-  try {
-    // Unpacks the compiled library to a temporary folder and loads it; its calls to fusedops
-    // operators go through the dispatcher, which this process's libfusedops has filled.
-    model.aoti_package_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path.string(), kAotiPackageModelName, /*run_single_threaded=*/false,
-        /*num_runners=*/1, /*device_index=*/device.is_cuda() ? device.index() : -1);
-  } catch (const std::exception& e) {
-    throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): {}",
-                                 path.string(), torch_error_message(e)));
-  }
+  model.aoti_metadata_ = aoti_metadata;
+  // Its calls to fusedops operators go through the dispatcher, which this process's
+  // libfusedops has filled.
+  model.aoti_package_ = AotiPackage::load(bytes, contents, device, path.string());
   return model;
 }
 
 std::string ExportedModel::display_name() const {
-  return metadata_ ? metadata_->model_name : path_.filename().string();
+  return printable(metadata_ ? metadata_->model_name : path_.filename().string());
 }
 
 std::string ExportedModel::artifact_description() const {
@@ -273,7 +257,7 @@ std::vector<TensorGroup> ExportedModel::tensor_groups() const {
     std::vector<NamedTensor> constants;
     // Keyed by the names the tensors had in the exported module ("bn.running_mean").
     for (const auto& [name, tensor] :
-         aoti_package_->get_runner()->extract_constants_map(/*use_inactive=*/false)) {
+         aoti_package_->runner().extract_constants_map(/*use_inactive=*/false)) {
       constants.push_back({name, tensor});
     }
     std::sort(constants.begin(), constants.end(), by_name);
@@ -317,6 +301,13 @@ at::Tensor ExportedModel::random_input(int64_t batch_size, uint64_t seed) const 
   }
   std::vector<int64_t> shape = metadata_->input.shape;
   shape[0] = batch_size;
+  int64_t bytes = static_cast<int64_t>(sizeof(float));
+  for (const int64_t dim : shape) {
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      throw UsageError(fmt::format("a batch of {} rows of {} does not fit in int64 bytes",
+                                   batch_size, display_name()));
+    }
+  }
   // Drawn on the CPU so that a seed gives the same input on every device.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   return at::rand(shape, generator, at::TensorOptions().dtype(at::kFloat))
@@ -342,7 +333,8 @@ at::Tensor ExportedModel::forward(const at::Tensor& x) {
   c10::InferenceMode no_autograd;
   if (format_ == ModelFormat::kAotiPackage) {
     // The compiled code assumes the layout torch.export traced with: dense and row-major.
-    const std::vector<at::Tensor> outputs = aoti_package_->run({x.to(device_).contiguous()});
+    const std::vector<at::Tensor> outputs =
+        aoti_package_->runner().run({x.to(device_).contiguous()});
     if (outputs.size() != 1) {
       throw std::runtime_error(fmt::format("{} returned {} tensors, expected one",
                                            display_name(), outputs.size()));

@@ -10,49 +10,27 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-namespace torch::inductor {
-class AOTIModelPackageLoader;
-}
+#include "model_metadata.h"
 
 namespace fusedops_app {
 
-// The fusedops.json's name: an extra file inside model.pt, a metadata entry inside model.pt2
-// (scripted/export.py's EXTRA_FILE_NAME).
-inline constexpr const char* kMetadataFileName = "fusedops.json";
-// The newest metadata format this app reads (scripted/export.py's METADATA_FORMAT).
-inline constexpr int kMetadataFormat = 1;
+class AotiPackage;
 
-struct TensorSpec {
-  std::vector<int64_t> shape;  // dimension 0 is the batch, free at run time
-  at::ScalarType dtype = at::kFloat;
+// How far the app trusts the files it is given (the --allow-unverified global option).
+struct LoadOptions {
+  // Load a model file whose model folder has no fusedops_manifest.json (a hand-made .pt, an
+  // older export), with a warning. A file that a manifest lists is always verified.
+  bool allow_unverified = false;
 };
 
-struct ModelMetadata {
-  int format = 0;
-  std::string model_name;   // fusedops_98_matmul_avgpool_gelu_scale_max
-  std::string problem;      // "98"
-  std::string name;         // Matmul_AvgPool_GELU_Scale_Max
-  std::string op;           // fusedops::matmul_avgpool_gelu_scale_max
-  std::string mode;         // "eval" or "train"
-  TensorSpec input;
-  TensorSpec output;
-  std::string device;       // the device it was exported on
-  int64_t seed = 0;
-  std::string fusedops_version;
-  std::string torch_version;
-  nlohmann::json init_args;
-  nlohmann::json raw;       // the whole file, for `info`
-
-  // Throws UsageError naming the file and the key when the JSON is not what export.py writes.
-  static ModelMetadata parse(const std::string& json_text, const std::string& source);
-};
+// A model file is read whole into memory (once: the bytes checked are the bytes loaded).
+inline constexpr std::uintmax_t kMaxModelFileBytes = std::uintmax_t{64} << 30;
 
 // The two artifacts scripted/export.py writes, told apart by the file's extension.
 enum class ModelFormat {
@@ -62,6 +40,11 @@ enum class ModelFormat {
 
 // .pt2 is an AOTInductor package; anything else is tried as TorchScript.
 ModelFormat model_format_of(const std::filesystem::path& path);
+
+// The bytes of a model file, checked against the manifest of its model folder
+// (<model folder>/<version>/<file>). Without a manifest: refused, or with
+// options.allow_unverified read as they are after a warning. Throws UsageError.
+std::vector<char> read_model_file(const std::filesystem::path& path, const LoadOptions& options);
 
 struct NamedTensor {
   std::string name;
@@ -73,10 +56,14 @@ using TensorGroup = std::pair<std::string, std::vector<NamedTensor>>;
 
 class ExportedModel {
  public:
-  // Loads path onto device. Throws UsageError for a missing, unreadable or corrupt file, a
-  // model that calls an operator this process does not have, an operator with no kernel for
-  // the device (libfusedops built without CUDA, say), or a .pt2 compiled for another device.
-  static ExportedModel load(const std::filesystem::path& path, const c10::Device& device);
+  // Loads path onto device, after checking its bytes against the fusedops_manifest.json of
+  // its model folder (read_model_file). Throws UsageError for a missing, unreadable, unlisted,
+  // damaged or corrupt file, a model folder without a manifest (unless
+  // options.allow_unverified), a model that calls an operator this process does not have, an
+  // operator with no kernel for the device (libfusedops built without CUDA, say), a .pt2
+  // compiled for another device or for instructions this CPU lacks.
+  static ExportedModel load(const std::filesystem::path& path, const c10::Device& device,
+                            const LoadOptions& options = {});
 
   ExportedModel(ExportedModel&&) noexcept;
   ExportedModel& operator=(ExportedModel&&) noexcept;
@@ -87,6 +74,10 @@ class ExportedModel {
   ModelFormat format() const { return format_; }
   // Empty for a file that was not written by scripted/export.py.
   const std::optional<ModelMetadata>& metadata() const { return metadata_; }
+  // The package's own metadata (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...); empty for TorchScript.
+  const std::unordered_map<std::string, std::string>& aoti_metadata() const {
+    return aoti_metadata_;
+  }
   // The metadata's model name, or the file name.
   std::string display_name() const;
   // "TorchScript (torch.jit.script)", "AOTInductor package compiled for cpu (AVX2)", ...
@@ -102,7 +93,7 @@ class ExportedModel {
   void check_input(const at::Tensor& x) const;
 
   // A torch.rand input of the exported shape with the given batch, on the model's device.
-  // Throws UsageError without metadata.
+  // Throws UsageError without metadata, or when the input would not fit in int64 bytes.
   at::Tensor random_input(int64_t batch_size, uint64_t seed) const;
 
   // Sets the model's cache_folds to false (every call folds its weights afresh): for hosts
@@ -117,8 +108,10 @@ class ExportedModel {
   ExportedModel(std::filesystem::path path, c10::Device device, ModelFormat format,
                 std::optional<ModelMetadata> metadata);
   static ExportedModel load_torchscript(const std::filesystem::path& path,
+                                        const std::vector<char>& bytes,
                                         const c10::Device& device);
   static ExportedModel load_aoti_package(const std::filesystem::path& path,
+                                         const std::vector<char>& bytes,
                                          const c10::Device& device);
 
   std::filesystem::path path_;
@@ -127,8 +120,7 @@ class ExportedModel {
   std::optional<ModelMetadata> metadata_;
   // Exactly one of the two holds the model, by format_.
   std::optional<torch::jit::Module> torchscript_;
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> aoti_package_;
-  // The package's own metadata (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...), for artifact_description.
+  std::unique_ptr<AotiPackage> aoti_package_;
   std::unordered_map<std::string, std::string> aoti_metadata_;
 };
 

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "exported_model.h"
 #include "fusedops/fusedops.h"
+#include "printable.h"
 #include "tensor_io.h"
 
 namespace fusedops_app {
@@ -38,7 +39,7 @@ void print_tensor_table(const std::string& title, const std::vector<NamedTensor>
   }
   fmt::print("{} ({}, {} values):\n", title, tensors.size(), values);
   for (const auto& [name, tensor] : tensors) {
-    fmt::print("  {:<{}}  {:<14} {:<9} {}\n", name, name_width, shape_text(tensor.sizes()),
+    fmt::print("  {:<{}}  {:<14} {:<9} {}\n", printable(name), name_width, shape_text(tensor.sizes()),
                dtype_name(tensor.scalar_type()), tensor.device().str());
   }
 }
@@ -54,26 +55,30 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   return command;
 }
 
-int run_info_command(const InfoOptions& options, const c10::Device& device) {
-  ExportedModel model = ExportedModel::load(options.model, device);
-  fmt::print("file        {}\n", model.path().string());
+int run_info_command(const InfoOptions& options, const c10::Device& device,
+                     const FileOptions& files) {
+  ExportedModel model = ExportedModel::load(options.model, device, files.load);
+  fmt::print("file        {}\n", printable(model.path().string()));
   fmt::print("format      {}\n", model.artifact_description());
   if (const auto& metadata = model.metadata()) {
     std::vector<std::string> batch_free_dims{"B"};
     for (size_t d = 1; d < metadata->input.shape.size(); ++d) {
       batch_free_dims.push_back(std::to_string(metadata->input.shape[d]));
     }
-    fmt::print("model       {} (problem {}, {})\n", metadata->model_name, metadata->problem,
-               metadata->name);
-    fmt::print("operator    {} ({})\n", metadata->op, kernel_availability(metadata->op));
-    fmt::print("init args   {}\n", metadata->init_args.dump());
+    // Strings from the file are escaped: they cannot start lines of their own.
+    fmt::print("model       {} (problem {}, {})\n", printable(metadata->model_name),
+               printable(metadata->problem), printable(metadata->name));
+    fmt::print("operator    {} ({})\n", printable(metadata->op),
+               kernel_availability(metadata->op));
+    fmt::print("init args   {}\n", printable(metadata->init_args.dump()));
     fmt::print("mode        {}\n", metadata->mode);
     fmt::print("input       [{}] {} (exported with B = {})\n", fmt::join(batch_free_dims, ", "),
                dtype_name(metadata->input.dtype), metadata->input.shape[0]);
     fmt::print("output      {} {}\n", shape_text(metadata->output.shape),
                dtype_name(metadata->output.dtype));
-    fmt::print("exported    on {}, seed {}, fusedops {}, torch {}\n", metadata->device,
-               metadata->seed, metadata->fusedops_version, metadata->torch_version);
+    fmt::print("exported    on {}, seed {}, fusedops {}, torch {}\n", printable(metadata->device),
+               metadata->seed, printable(metadata->fusedops_version),
+               printable(metadata->torch_version));
   } else {
     fmt::print("model       (no {}: not written by scripted/export.py)\n", kMetadataFileName);
   }

@@ -12,6 +12,10 @@
 #include "commands.h"
 #include "device.h"
 #include "fusedops/fusedops.h"
+#include "printable.h"
+
+#include <algorithm>
+#include <thread>
 
 namespace {
 
@@ -22,7 +26,14 @@ struct GlobalOptions {
   int threads = 0;     // 0: libtorch's default
   int verbosity = 0;   // -v: debug, -vv: trace
   bool quiet = false;  // warnings and errors only
+  bool allow_unverified = false;
+  int64_t max_tensor_file_mib = static_cast<int64_t>(kDefaultMaxTensorFileBytes >> 20);
 };
+
+// More intra-op threads than CPUs never helps, and a huge count makes the thread pool hang.
+int max_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 void configure_logging(const GlobalOptions& options) {
   // Logs on stderr, so that stdout carries only the results.
@@ -44,7 +55,14 @@ void add_global_options(CLI::App& app, GlobalOptions& options) {
   app.add_option("-d,--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("-t,--threads", options.threads,
                  "CPU threads for libtorch's intra-op pool (default: libtorch's choice)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, max_threads()));
+  app.add_flag("--allow-unverified", options.allow_unverified,
+               "load a model whose folder has no fusedops_manifest.json (a hand-made .pt, an "
+               "older export) with a warning; files a manifest lists are always verified");
+  app.add_option("--max-tensor-file-mib", options.max_tensor_file_mib,
+                 "largest tensor file (sample input, reference, --input) read, in MiB")
+      ->check(CLI::Range(int64_t{1}, kMaxTensorFileMib))
+      ->capture_default_str();
   app.add_flag("-v,--verbose", options.verbosity, "more logs on stderr (-vv: trace)");
   app.add_flag("-q,--quiet", options.quiet, "only warnings and errors on stderr");
 }
@@ -55,8 +73,9 @@ int main(int argc, char** argv) {
   CLI::App app{"fusedops_app: inspect, run, check and benchmark exported fusedops models "
                "(scripted/export.py) with libtorch, no Python"};
   app.footer("Exit status: 0 success; 1 a model failed while running or did not match its "
-             "reference; 2 bad arguments, missing or corrupt file, wrong input, missing "
-             "operator or device.");
+             "reference (check: any FAIL line); 2 bad arguments, a missing, damaged or "
+             "unverified file, wrong input, missing operator or device (check: ERROR lines "
+             "and no FAIL).");
   // Global options may also follow the subcommand: `fusedops_app check repo --device cuda`.
   app.fallthrough();
   app.require_subcommand(1);
@@ -93,25 +112,27 @@ int main(int argc, char** argv) {
     }
     spdlog::debug("libtorch CPU threads: {}", at::get_num_threads());
     const c10::Device device = parse_device(global.device);
+    const FileOptions files{{global.allow_unverified},
+                            static_cast<std::uintmax_t>(global.max_tensor_file_mib) << 20};
 
     if (info->parsed()) {
-      return run_info_command(info_options, device);
+      return run_info_command(info_options, device, files);
     }
     if (run->parsed()) {
-      return run_run_command(run_options, device);
+      return run_run_command(run_options, device, files);
     }
     if (check->parsed()) {
-      return run_check_command(check_options, device);
+      return run_check_command(check_options, device, files);
     }
     if (bench->parsed()) {
-      return run_bench_command(bench_options, device);
+      return run_bench_command(bench_options, device, files);
     }
     if (stress->parsed()) {
-      return run_stress_command(stress_options, device);
+      return run_stress_command(stress_options, device, files);
     }
     return kExitUsage;  // unreachable: require_subcommand(1)
   } catch (const UsageError& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", printable(e.what()));
     return kExitUsage;
   } catch (const std::exception& e) {
     // c10::Error from a forward (an operator's TORCH_CHECK), or anything else unforeseen.

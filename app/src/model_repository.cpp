@@ -1,18 +1,21 @@
 #include "model_repository.h"
 
-#include <optional>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <system_error>
 #include <tuple>
 
+#include "aoti_package.h"
 #include "app_error.h"
 #include "device.h"
-#include "exported_model.h"
+#include "manifest.h"
+#include "printable.h"
+#include "repository_layout.h"
+#include "triton_config.h"
 
 namespace fusedops_app {
 
@@ -22,79 +25,195 @@ namespace {
 
 // Triton's default file names: platform pytorch_libtorch loads model.pt, torch_aoti model.pt2.
 constexpr const char* kModelFileNames[] = {"model.pt", "model.pt2"};
-constexpr const char* kSampleInputName = "sample_input.pt";
-constexpr const char* kReferenceOutputName = "reference_output.pt";
-constexpr const char* kReferenceOutputFloat64Name = "reference_output_float64.pt";
 
-bool is_version_folder(const fs::path& path) {
-  const std::string name = path.filename().string();
-  return fs::is_directory(path) && !name.empty() &&
-         std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isdigit(c); });
+std::string describe(const std::error_code& error) { return error.message(); }
+
+// A folder that may hold a model: a real folder, or a link to one. Errors (a link loop, no
+// permission) are the model's problem, not the scan's.
+bool is_folder(const fs::path& path, std::error_code& error) {
+  error.clear();
+  const fs::file_status status = fs::status(path, error);
+  return !error && status.type() == fs::file_type::directory;
 }
 
-std::vector<fs::path> model_files_in(const fs::path& version_folder) {
-  std::vector<fs::path> files;
-  for (const char* name : kModelFileNames) {
-    if (fs::is_regular_file(version_folder / name)) {
-      files.push_back(version_folder / name);
-    }
+// A model folder is recognised by what export writes into it (config.pbtxt, the manifest) or
+// by a version folder holding a model file.
+bool looks_like_model_folder(const fs::path& folder) {
+  std::error_code error;
+  if (fs::exists(folder / kTritonConfigName, error) ||
+      fs::exists(folder / kManifestFileName, error)) {
+    return true;
   }
-  return files;
-}
-
-// Triton serves the highest numeric version folder by default; so do we. Every model file in
-// it counts (Triton's config picks one, but a folder holding both gets both checked).
-std::vector<fs::path> latest_model_files(const fs::path& model_folder) {
-  std::vector<fs::path> best;
-  long best_version = -1;
-  for (const auto& entry : fs::directory_iterator(model_folder)) {
-    if (!is_version_folder(entry.path())) {
+  fs::directory_iterator entries(folder, error);
+  for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
+    const std::string name = entries->path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(),
+                                     [](unsigned char c) { return std::isdigit(c); })) {
       continue;
     }
-    std::vector<fs::path> files = model_files_in(entry.path());
-    const long version = std::stol(entry.path().filename().string());
-    if (!files.empty() && version > best_version) {
-      best_version = version;
-      best = std::move(files);
+    for (const char* file_name : kModelFileNames) {
+      std::error_code file_error;
+      if (fs::exists(entries->path() / file_name, file_error)) {
+        return true;
+      }
     }
   }
-  return best;
+  return false;
 }
 
-RepositoryModel repository_model(const fs::path& model_folder, const fs::path& model_file) {
-  return {model_folder.filename().string(), model_file, model_folder / kSampleInputName,
-          model_folder / kReferenceOutputName, model_folder / kReferenceOutputFloat64Name};
+// The models of one folder: each model file in its highest version folder (Triton serves the
+// highest by default; a folder holding both files gets both checked), or one entry with the
+// problem that stops it from being checked.
+std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::path& root) {
+  RepositoryModel model{folder.filename().string(), folder, {}, root, {}};
+  std::error_code error;
+  fs::directory_iterator entries(folder, error);
+  if (error) {
+    model.problem = fmt::format("cannot read {}: {}", folder.string(), describe(error));
+    return {model};
+  }
+  std::optional<int64_t> best_version;
+  std::vector<fs::path> best_files;
+  for (; entries != fs::directory_iterator(); entries.increment(error)) {
+    if (error) {
+      model.problem = fmt::format("cannot read {}: {}", folder.string(), describe(error));
+      return {model};
+    }
+    const fs::path version_folder = entries->path();
+    const std::string name = version_folder.filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(),
+                                     [](unsigned char c) { return std::isdigit(c); })) {
+      continue;  // not a version folder; Triton ignores it too
+    }
+    const std::optional<int64_t> version = parse_version_folder_name(name);
+    if (!version) {
+      model.problem = fmt::format("version folder {} is above {}, the largest version Triton "
+                                  "accepts (int64)",
+                                  version_folder.string(), std::numeric_limits<int64_t>::max());
+      return {model};
+    }
+    if (!is_folder(version_folder, error)) {
+      if (error) {
+        model.problem = fmt::format("cannot read {}: {}", version_folder.string(),
+                                    describe(error));
+        return {model};
+      }
+      continue;
+    }
+    std::vector<fs::path> files;
+    for (const char* file_name : kModelFileNames) {
+      const fs::path file = version_folder / file_name;
+      const fs::file_status status = fs::status(file, error);
+      if (error && error != std::errc::no_such_file_or_directory) {
+        model.problem = fmt::format("cannot read {}: {}", file.string(), describe(error));
+        return {model};
+      }
+      if (status.type() == fs::file_type::regular) {
+        files.push_back(file);
+      }
+    }
+    if (!files.empty() && (!best_version || *version > *best_version)) {
+      best_version = version;
+      best_files = std::move(files);
+    }
+  }
+  if (best_files.empty()) {
+    model.problem = fmt::format("no model.pt or model.pt2 in a version folder of {}; "
+                                "re-export it with scripted/export.py",
+                                folder.string());
+    return {model};
+  }
+  std::vector<RepositoryModel> models;
+  for (fs::path& file : best_files) {
+    RepositoryModel found = model;
+    found.model_file = std::move(file);
+    models.push_back(std::move(found));
+  }
+  return models;
+}
+
+// Throws UsageError when path leads (through links) out of root.
+void check_inside(const fs::path& path, const fs::path& root, const RepositoryReadOptions& options) {
+  if (options.allow_external_symlinks) {
+    return;
+  }
+  std::error_code error;
+  const fs::path resolved = fs::canonical(path, error);
+  if (error) {
+    if (error == std::errc::no_such_file_or_directory) {
+      return;  // reported as missing where it is read
+    }
+    throw UsageError(fmt::format("cannot resolve {}: {}", path.string(), describe(error)));
+  }
+  const auto [root_end, resolved_at] =
+      std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+  if (root_end != root.end()) {
+    throw UsageError(fmt::format("{} leads to {}, outside {}: a symbolic link out of the "
+                                 "repository is not followed (--allow-external-symlinks "
+                                 "follows it)",
+                                 path.string(), resolved.string(), root.string()));
+  }
+}
+
+// A file of the model folder: verified against the manifest when there is one.
+std::vector<char> read_folder_file(const std::optional<Manifest>& manifest,
+                                   const RepositoryModel& model, const std::string& name,
+                                   const ReadLimit& limit) {
+  if (manifest) {
+    return manifest->read_verified(name, limit);
+  }
+  return read_file_bounded(model.folder / name, limit);
 }
 
 }  // namespace
 
 std::vector<RepositoryModel> find_repository_models(const fs::path& target) {
   std::error_code error;
-  if (!fs::exists(target, error)) {
+  const fs::file_status status = fs::status(target, error);
+  if (status.type() == fs::file_type::not_found) {
     throw UsageError(fmt::format("not found: {} (expected a model repository, a model folder "
                                  "or a model.pt / model.pt2)",
                                  target.string()));
   }
+  if (error) {
+    throw UsageError(fmt::format("cannot read {}: {}", target.string(), describe(error)));
+  }
   const fs::path absolute = fs::absolute(target).lexically_normal();
-  if (fs::is_regular_file(absolute)) {
+  if (status.type() == fs::file_type::regular) {
     // <repo>/<model>/<version>/model.pt: the samples live two levels up.
     const fs::path model_folder = absolute.parent_path().parent_path();
-    return {repository_model(model_folder, absolute)};
+    return {{model_folder.filename().string(), model_folder, absolute,
+             fs::weakly_canonical(model_folder), {}}};
+  }
+  const fs::path root = fs::canonical(absolute, error);
+  if (error) {
+    throw UsageError(fmt::format("cannot read {}: {}", target.string(), describe(error)));
+  }
+  if (looks_like_model_folder(absolute)) {
+    return models_in_folder(absolute, root);
   }
   std::vector<RepositoryModel> models;
-  for (const fs::path& model_file : latest_model_files(absolute)) {
-    models.push_back(repository_model(absolute, model_file));
-  }
-  if (!models.empty()) {
-    return models;
-  }
-  for (const auto& entry : fs::directory_iterator(absolute)) {
-    if (!entry.is_directory()) {
+  fs::directory_iterator entries(absolute, error);
+  for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
+    const fs::path folder = entries->path();
+    std::error_code folder_error;
+    if (!is_folder(folder, folder_error)) {
+      if (folder_error) {  // a link loop, a dangling link: that entry's problem
+        models.push_back({folder.filename().string(), folder, {}, root,
+                          fmt::format("cannot read {}: {}", folder.string(),
+                                      describe(folder_error))});
+      }
       continue;
     }
-    for (const fs::path& model_file : latest_model_files(entry.path())) {
-      models.push_back(repository_model(entry.path(), model_file));
+    if (!looks_like_model_folder(folder)) {
+      continue;
     }
+    for (RepositoryModel& model : models_in_folder(folder, root)) {
+      models.push_back(std::move(model));
+    }
+  }
+  if (error) {
+    throw UsageError(fmt::format("cannot read {}: {}", target.string(), describe(error)));
   }
   if (models.empty()) {
     throw UsageError(fmt::format("no model in {}: expected <model>/<version>/model.pt or "
@@ -107,18 +226,86 @@ std::vector<RepositoryModel> find_repository_models(const fs::path& target) {
   return models;
 }
 
+void check_model_config(const std::string& config_text, const std::string& folder_name,
+                        const ExportedModel& model, const std::string& source) {
+  if (!model.metadata()) {
+    throw UsageError(fmt::format("{}: the model has no {}, so its config cannot be checked",
+                                 source, kMetadataFileName));
+  }
+  const ModelMetadata& metadata = *model.metadata();
+  const bool is_package = model.format() == ModelFormat::kAotiPackage;
+  TritonConfigExpectation expected;
+  expected.model_name = folder_name;
+  expected.model_file = model.path().filename().string();
+  expected.platform = is_package ? "torch_aoti" : "pytorch_libtorch";
+  if (is_package) {
+    const auto key = model.aoti_metadata().find(kAotiDeviceKey);
+    expected.pinned_kind =
+        key != model.aoti_metadata().end() && key->second == "cuda" ? "KIND_GPU" : "KIND_CPU";
+  }
+  expected.input = {"INPUT__0", triton_data_type(dtype_name(metadata.input.dtype)),
+                    metadata.input.shape};
+  expected.output = {"OUTPUT__0", triton_data_type(dtype_name(metadata.output.dtype)),
+                     metadata.output.shape};
+  expected.rows_independent = metadata.rows_independent;
+  expected.updates_state = metadata.mode == "train";
+  check_triton_config(parse_triton_config(config_text, source), expected, source);
+}
+
 ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::Device& device,
-                                       const ToleranceOverride& overrides) {
-  for (const fs::path& sample : {model.sample_input, model.reference_output}) {
-    if (!fs::is_regular_file(sample)) {
-      throw UsageError(fmt::format("{}: {} is missing; re-export the repository with "
+                                       const ToleranceOverride& overrides,
+                                       const RepositoryReadOptions& options) {
+  if (!model.problem.empty()) {
+    throw UsageError(model.problem);
+  }
+  for (const fs::path& path :
+       {model.folder, model.model_file, model.folder / kManifestFileName,
+        model.folder / kTritonConfigName, model.folder / kSampleInputName,
+        model.folder / kReferenceOutputName, model.folder / kReferenceOutputFloat64Name}) {
+    check_inside(path, model.root, options);
+  }
+  const std::optional<Manifest> manifest = Manifest::load(model.folder);
+  if (!manifest && !options.load.allow_unverified) {
+    throw UsageError(fmt::format("{} has no {}, so its files cannot be checked against what "
+                                 "scripted/export.py wrote; re-export it, or pass "
+                                 "--allow-unverified",
+                                 model.folder.string(), kManifestFileName));
+  }
+  for (const char* sample : {kSampleInputName, kReferenceOutputName}) {
+    if (!fs::is_regular_file(model.folder / sample)) {
+      throw UsageError(fmt::format("{} is missing; re-export the repository with "
                                    "scripted/export.py",
-                                   model.name, sample.string()));
+                                   (model.folder / sample).string()));
     }
   }
-  ExportedModel exported = ExportedModel::load(model.model_file, device);
-  const at::Tensor input = load_tensor_file(model.sample_input);
-  const at::Tensor reference = load_tensor_file(model.reference_output);
+  const ReadLimit tensor_limit{options.max_tensor_file_bytes, "tensor file",
+                               kMaxTensorFileOption};
+  ExportedModel exported = ExportedModel::load(model.model_file, device, options.load);
+  const std::vector<char> config =
+      read_folder_file(manifest, model, kTritonConfigName,
+                       {kMaxTritonConfigBytes, "Triton config", ""});
+  check_model_config(std::string(config.begin(), config.end()), model.name, exported,
+                     (model.folder / kTritonConfigName).string());
+  const at::Tensor input =
+      tensor_from_bytes(read_folder_file(manifest, model, kSampleInputName, tensor_limit),
+                        (model.folder / kSampleInputName).string(), options.max_tensor_file_bytes);
+  const at::Tensor reference =
+      tensor_from_bytes(read_folder_file(manifest, model, kReferenceOutputName, tensor_limit),
+                        (model.folder / kReferenceOutputName).string(),
+                        options.max_tensor_file_bytes);
+  std::optional<at::Tensor> reference_float64;
+  const bool has_float64 = manifest ? manifest->files().count(kReferenceOutputFloat64Name) > 0
+                                    : fs::is_regular_file(model.folder / kReferenceOutputFloat64Name);
+  if (has_float64) {
+    reference_float64 = tensor_from_bytes(
+        read_folder_file(manifest, model, kReferenceOutputFloat64Name, tensor_limit),
+        (model.folder / kReferenceOutputFloat64Name).string(), options.max_tensor_file_bytes);
+  }
+  if (reference.sizes().vec() != exported.metadata()->output.shape) {
+    throw UsageError(fmt::format("{}: the reference output is {}, fusedops.json says {}",
+                                 model.folder.string(), shape_text(reference.sizes()),
+                                 shape_text(exported.metadata()->output.shape)));
+  }
 
   ReferenceCheck check;
   const Tolerance by_dtype = tolerance_for(reference.scalar_type());
@@ -126,17 +313,14 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
                      overrides.rtol.value_or(by_dtype.rtol)};
   check.input_description =
       fmt::format("{} {}", shape_text(input.sizes()), dtype_name(input.scalar_type()));
-  spdlog::debug("{}: running {} on {}", model.name, check.input_description, device.str());
+  spdlog::debug("{}: running {} on {}", printable(model.name), check.input_description,
+                device.str());
 
   const auto start = std::chrono::steady_clock::now();
   const at::Tensor output = exported.forward(input);
   synchronize(device);
   check.forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::optional<at::Tensor> reference_float64;
-  if (fs::is_regular_file(model.reference_output_float64)) {
-    reference_float64 = load_tensor_file(model.reference_output_float64);
-  }
   check.comparison = compare_to_reference(output, reference, check.tolerance, reference_float64);
   return check;
 }

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 
 #include "app_error.h"
 #include "commands.h"
@@ -11,6 +13,42 @@
 #include "tensor_io.h"
 
 namespace fusedops_app {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Refuses an --output that would destroy something: the model or the input this run read
+// (compared by file system identity, so another name or a hard link is caught too), even with
+// --force; any other existing file without --force; a folder.
+void check_output_target(const fs::path& output, const RunOptions& options) {
+  std::error_code error;
+  const fs::file_status status = fs::status(output, error);
+  if (status.type() == fs::file_type::not_found) {
+    return;
+  }
+  if (error) {
+    throw UsageError(fmt::format("--output {}: {}", output.string(), error.message()));
+  }
+  if (status.type() == fs::file_type::directory) {
+    throw UsageError(fmt::format("--output {} is a folder; expected a file name",
+                                 output.string()));
+  }
+  for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"the model", options.model},
+                                   {"the input", options.input}}) {
+    if (!path.empty() && fs::equivalent(output, path, error)) {
+      throw UsageError(fmt::format("--output {} is {} this run reads ({}); refusing to "
+                                   "overwrite it, even with --force",
+                                   output.string(), what, path));
+    }
+  }
+  if (!options.force) {
+    throw UsageError(fmt::format("--output {} exists; pass --force to replace it",
+                                 output.string()));
+  }
+}
+
+}  // namespace
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
   CLI::App* command =
@@ -23,24 +61,31 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
                       "input tensor file: sample_input.pt from the repository, or torch.save "
                       "of a tensor (default: torch.rand of the exported shape)");
   command->add_option("-o,--output", options.output,
-                      "write the output here with torch::pickle_save (Python: torch.load)");
+                      "write the output here with torch::pickle_save (Python: torch.load); "
+                      "never the model or the input file, an existing file only with --force");
+  command->add_flag("-f,--force", options.force, "replace an existing --output file");
   command->add_option("-b,--batch", options.batch_size,
                       "batch of the random input (default: the exported batch)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, kMaxBatchSize))
       ->excludes("--input");
   command->add_option("--seed", options.seed, "seed of the random input")
       ->capture_default_str();
   command->add_option("--values", options.first_values, "how many output values to print")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, kMaxBatchSize))
       ->capture_default_str();
   return command;
 }
 
-int run_run_command(const RunOptions& options, const c10::Device& device) {
-  ExportedModel model = ExportedModel::load(options.model, device);
+int run_run_command(const RunOptions& options, const c10::Device& device,
+                    const FileOptions& files) {
+  // Before anything runs: a refused --output should not cost a model load.
+  if (!options.output.empty()) {
+    check_output_target(options.output, options);
+  }
+  ExportedModel model = ExportedModel::load(options.model, device, files.load);
   at::Tensor input;
   if (!options.input.empty()) {
-    input = load_tensor_file(options.input);
+    input = load_tensor_file(options.input, files.max_tensor_file_bytes);
     // Before moving it anywhere: the message should be about the user's tensor.
     model.check_input(input);
   } else {
@@ -64,6 +109,7 @@ int run_run_command(const RunOptions& options, const c10::Device& device) {
   fmt::print("output {}\n", summarize_tensor(output, options.first_values));
   fmt::print("time   {:.3f} ms (first call, includes the warm-up)\n", elapsed_ms);
   if (!options.output.empty()) {
+    check_output_target(options.output, options);  // again: it may have appeared meanwhile
     save_tensor_file(output, options.output);
     spdlog::info("wrote the output to {}", options.output);
   }

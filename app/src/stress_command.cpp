@@ -56,10 +56,11 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0
 
 // Loads the model as a server would: under InferenceMode (its weights become inference tensors)
 // when asked, with the fold cache on or off.
-ExportedModel load_for_serving(const StressOptions& options, const c10::Device& device) {
+ExportedModel load_for_serving(const StressOptions& options, const c10::Device& device,
+                               const FileOptions& files) {
   std::optional<c10::InferenceMode> inference;
   if (options.inference_mode) inference.emplace();
-  ExportedModel model = ExportedModel::load(options.model, device);
+  ExportedModel model = ExportedModel::load(options.model, device, files.load);
   if (!options.fold_cache) model.disable_fold_cache();
   return model;
 }
@@ -181,11 +182,12 @@ CLI::App* add_stress_command(CLI::App& app, StressOptions& options) {
   return command;
 }
 
-int run_stress_command(const StressOptions& options, const c10::Device& device) {
+int run_stress_command(const StressOptions& options, const c10::Device& device,
+                       const FileOptions& files) {
   // The single-thread answers, from a model loaded on its own.
   std::vector<at::Tensor> inputs, expected;
   {
-    ExportedModel reference = load_for_serving(options, device);
+    ExportedModel reference = load_for_serving(options, device, files);
     if (reference.metadata() && reference.metadata()->mode == "train") {
       throw UsageError(fmt::format(
           "{} was exported in train mode: each call updates its BatchNorm statistics, so "
@@ -209,7 +211,7 @@ int run_stress_command(const StressOptions& options, const c10::Device& device) 
   for (const std::string& mode : modes) {
     std::vector<ExportedModel> models;
     for (int i = 0; i < (mode == "shared" ? 1 : options.threads); ++i) {
-      models.push_back(load_for_serving(options, device));
+      models.push_back(load_for_serving(options, device, files));
     }
     const auto start = std::chrono::steady_clock::now();
     const Outcome outcome = serve(models, inputs, expected, options, device);
@@ -239,7 +241,7 @@ int run_stress_command(const StressOptions& options, const c10::Device& device) 
     for (int cycle = 1; cycle <= options.unload_cycles; ++cycle) {
       int64_t loaded = 0;
       {
-        ExportedModel model = load_for_serving(options, device);
+        ExportedModel model = load_for_serving(options, device, files);
         for (int64_t i = 0; i < 3; ++i) model.forward(inputs[static_cast<size_t>(i)].to(device));
         loaded = allocated_bytes(device);
       }

@@ -3,124 +3,206 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/script.h>
-#include <torch/serialize.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
-#include <fstream>
-#include <iterator>
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <optional>
+#include <string_view>
+#include <tuple>
 
 #include "app_error.h"
+#include "bounded_read_adapter.h"
+#include "file_access.h"
+#include "model_metadata.h"
+#include "tensor_pickle.h"
 
 namespace fusedops_app {
 
 namespace {
 
-// The buffer scripted/export.py's TensorContainer stores its tensor under.
-constexpr const char* kContainerBufferName = "tensor";
-
-std::vector<char> read_file_bytes(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    throw UsageError(fmt::format("cannot open tensor file {}", path.string()));
+// Element count of a view's reach into its storage: storage_offset + sum((size - 1) * stride)
+// + 1, or nullopt when a size or stride is negative or the arithmetic overflows int64.
+std::optional<int64_t> storage_elements_reached(const at::Tensor& tensor) {
+  int64_t reach = tensor.storage_offset();
+  if (reach < 0) {
+    return std::nullopt;
   }
-  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    const int64_t size = tensor.size(d);
+    const int64_t stride = tensor.stride(d);
+    if (size < 0 || stride < 0) {
+      return std::nullopt;
+    }
+    if (size == 0) {
+      return 0;  // no element, nothing read
+    }
+    int64_t step = 0;
+    if (__builtin_mul_overflow(size - 1, stride, &step) ||
+        __builtin_add_overflow(reach, step, &reach)) {
+      return std::nullopt;
+    }
+  }
+  int64_t elements = 0;
+  if (__builtin_add_overflow(reach, int64_t{1}, &elements)) {
+    return std::nullopt;
+  }
+  return elements;
 }
 
-// A TorchScript container: the buffer named "tensor", or the module's only buffer.
-at::Tensor tensor_from_module(const torch::jit::Module& module,
-                              const std::filesystem::path& path) {
-  if (module.hasattr(kContainerBufferName) && module.attr(kContainerBufferName).isTensor()) {
-    return module.attr(kContainerBufferName).toTensor();
+// The C++ unpickler builds a tensor from the sizes, strides and offset the pickle states, and
+// a storage of the size the pickle states, over the record it read, without comparing any of
+// them with the record's size (Python's torch.load does): a file cut short, or one lying about
+// its shape, would be read past the end of its buffer.
+void check_tensor_fits_its_storage(const at::Tensor& tensor, const std::string& source,
+                                   uint64_t record_bytes, std::uintmax_t max_bytes) {
+  const std::string described = fmt::format(
+      "{}: the tensor's shape {} (strides [{}], storage offset {}) of {}", source,
+      shape_text(tensor.sizes()), fmt::join(tensor.strides(), ", "), tensor.storage_offset(),
+      c10::toString(tensor.scalar_type()));
+  const auto elements = storage_elements_reached(tensor);
+  if (!elements) {
+    throw UsageError(described + " has a negative or overflowing extent");
   }
-  std::vector<std::string> names;
-  at::Tensor only;
-  for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
-    names.push_back(buffer.name);
-    only = buffer.value;
+  const auto item_bytes = static_cast<int64_t>(tensor.element_size());
+  int64_t needed_bytes = 0;
+  int64_t numel_bytes = 0;
+  if (__builtin_mul_overflow(*elements, item_bytes, &needed_bytes) ||
+      __builtin_mul_overflow(tensor.numel(), item_bytes, &numel_bytes)) {
+    throw UsageError(described + " overflows int64 bytes");
   }
-  if (names.size() != 1) {
-    throw UsageError(fmt::format(
-        "{} is a TorchScript module with buffers [{}]; expected one buffer (named '{}') "
-        "holding the tensor, as scripted/export.py writes",
-        path.string(), fmt::join(names, ", "), kContainerBufferName));
+  // The unpickler sizes the storage from the pickle's element count, not from the record it
+  // read: the record is what the file holds.
+  const auto storage_bytes =
+      std::min(static_cast<int64_t>(tensor.storage().nbytes()), static_cast<int64_t>(record_bytes));
+  if (needed_bytes > storage_bytes) {
+    throw UsageError(fmt::format("{} needs {} bytes of storage, the file holds {}: the file is "
+                                 "cut short or its shape is wrong",
+                                 described, needed_bytes, storage_bytes));
   }
-  return only;
+  // An expanded view (stride 0) fits a small storage but becomes numel values when copied.
+  if (static_cast<std::uintmax_t>(numel_bytes) > max_bytes) {
+    throw UsageError(fmt::format("{} is {} bytes of values, more than the {}-byte limit for a "
+                                 "tensor file",
+                                 described, numel_bytes, max_bytes));
+  }
+}
+
+std::tuple<at::DataPtr, size_t> read_record(caffe2::serialize::PyTorchStreamReader& archive,
+                                            const std::string& name, const std::string& source) {
+  try {
+    return archive.getRecord(name);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("cannot read a tensor from {}: {}", source,
+                                 torch_error_message(e)));
+  }
+}
+
+bool is_floating_dtype_we_read(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16 ||
+         dtype == at::kDouble;
 }
 
 }  // namespace
 
-at::Tensor load_tensor_file(const std::filesystem::path& path) {
-  if (!std::filesystem::is_regular_file(path)) {
-    throw UsageError(fmt::format("tensor file not found: {}", path.string()));
+at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& source,
+                             std::uintmax_t max_bytes) {
+  if (bytes.size() > max_bytes) {
+    throw UsageError(fmt::format("{} is {} bytes, more than the {}-byte limit for a tensor file",
+                                 source, bytes.size(), max_bytes));
   }
-  std::string as_module_error;
-  std::optional<torch::jit::Module> module;
+  // Look inside the archive first: its records' sizes bound what unpickling will allocate, and
+  // a TorchScript archive (code/, constants.pkl) gets a message of its own: it is never loaded,
+  // since loading one runs the code it holds.
+  // One reader for the look inside and the unpickling, over a bounded adapter (not
+  // torch::jit::pickle_load, whose adapter reads past the end of a damaged archive).
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
+  uint64_t record_bytes = 0;
+  std::vector<uint64_t> storage_records;  // sizes of the data/<key> records
   try {
-    module = torch::jit::load(path.string(), c10::Device(c10::kCPU));
+    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+        std::make_shared<BoundedReadAdapter>(bytes));
+    for (const std::string& record : archive->getAllRecords()) {
+      if (record == "constants.pkl" || record.rfind("code/", 0) == 0) {
+        throw UsageError(fmt::format(
+            "{} is a TorchScript archive (torch.jit.save), not a tensor: the app does not load "
+            "code from a data file. Tensor files are torch.save(tensor) (scripted/export.py "
+            "writes them so since its manifest format 1; re-export an older repository)",
+            source));
+      }
+      const uint64_t size = archive->getRecordSize(record);
+      record_bytes += size;
+      if (record.rfind("data/", 0) == 0) {
+        storage_records.push_back(size);
+      }
+    }
+  } catch (const UsageError&) {
+    throw;
   } catch (const std::exception& e) {
-    as_module_error = torch_error_message(e);
+    throw UsageError(fmt::format("cannot read a tensor from {}: not a torch.save archive ({})",
+                                 source, torch_error_message(e)));
   }
-  if (module) {
-    return tensor_from_module(*module, path);
+  if (record_bytes > max_bytes) {
+    throw UsageError(fmt::format("{}: its records unpack to {} bytes, more than the {}-byte "
+                                 "limit for a tensor file",
+                                 source, record_bytes, max_bytes));
   }
-  // Not a TorchScript archive: maybe torch.save(tensor).
+  // torch.save of one tensor (or a view of one) writes one storage.
+  if (storage_records.size() != 1) {
+    throw UsageError(fmt::format("{} holds {} tensor storages; expected the one of a "
+                                 "torch.save(tensor) file",
+                                 source, storage_records.size()));
+  }
+
+  {
+    const auto [pickle, pickle_size] = read_record(*archive, "data.pkl", source);
+    check_tensor_pickle(
+        std::string_view(static_cast<const char*>(pickle.get()), pickle_size), source);
+  }
+
   c10::IValue value;
   try {
-    value = torch::pickle_load(read_file_bytes(path));
+    // What torch::jit::pickle_load does, on the CPU: no type resolver and no object loader, so
+    // a pickle naming a TorchScript class or anything but tensors and containers is an error.
+    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                              /*type_resolver=*/std::nullopt,
+                                              /*obj_loader=*/std::nullopt,
+                                              /*device=*/at::Device(at::kCPU), *archive);
   } catch (const std::exception& e) {
-    const std::string as_pickle_error = torch_error_message(e);
-    if (as_pickle_error == as_module_error) {  // not even a zip archive
-      throw UsageError(fmt::format("cannot read a tensor from {}: {}", path.string(),
-                                   as_pickle_error));
-    }
-    throw UsageError(fmt::format(
-        "cannot read a tensor from {}: it is neither a TorchScript module ({}) nor a "
-        "torch.save'd tensor ({})",
-        path.string(), as_module_error, as_pickle_error));
+    throw UsageError(fmt::format("cannot read a tensor from {}: {}", source,
+                                 torch_error_message(e)));
   }
   if (!value.isTensor()) {
-    throw UsageError(fmt::format("{} holds a {}, not a tensor", path.string(), value.tagKind()));
+    throw UsageError(fmt::format("{} holds a {}, not a tensor (expected torch.save(tensor))",
+                                 source, value.tagKind()));
   }
-  return value.toTensor();
+  const at::Tensor tensor = value.toTensor();
+  if (tensor.layout() != at::kStrided || tensor.is_quantized() || !tensor.has_storage()) {
+    throw UsageError(fmt::format("{} holds a {} tensor; expected a dense (strided) one", source,
+                                 c10::toString(tensor.layout())));
+  }
+  if (!is_floating_dtype_we_read(tensor.scalar_type())) {
+    throw UsageError(fmt::format("{} holds a tensor of dtype {}; expected float32, float16, "
+                                 "bfloat16 or float64",
+                                 source, c10::toString(tensor.scalar_type())));
+  }
+  check_tensor_fits_its_storage(tensor, source, storage_records.front(), max_bytes);
+  // A copy: its storage is exactly its values, not the file's storage with a size the file
+  // stated.
+  return tensor.cpu().clone(at::MemoryFormat::Contiguous);
+}
+
+at::Tensor load_tensor_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {
+  const std::vector<char> bytes =
+      read_file_bounded(path, {max_bytes, "tensor file", kMaxTensorFileOption});
+  return tensor_from_bytes(bytes, path.string(), max_bytes);
 }
 
 void save_tensor_file(const at::Tensor& tensor, const std::filesystem::path& path) {
-  const std::vector<char> bytes = torch::pickle_save(tensor.detach().cpu());
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!file) {
-    throw UsageError(fmt::format("cannot write {}", path.string()));
-  }
-}
-
-namespace {
-const std::map<std::string, at::ScalarType>& dtype_names() {
-  static const std::map<std::string, at::ScalarType> names = {
-      {"float32", at::kFloat}, {"float16", at::kHalf},  {"bfloat16", at::kBFloat16},
-      {"float64", at::kDouble}, {"int64", at::kLong},   {"int32", at::kInt},
-  };
-  return names;
-}
-}  // namespace
-
-at::ScalarType parse_dtype_name(const std::string& name) {
-  const auto found = dtype_names().find(name);
-  if (found == dtype_names().end()) {
-    throw UsageError(fmt::format("unknown dtype '{}'", name));
-  }
-  return found->second;
-}
-
-std::string dtype_name(at::ScalarType dtype) {
-  for (const auto& [name, type] : dtype_names()) {
-    if (type == dtype) {
-      return name;
-    }
-  }
-  return c10::toString(dtype);
+  write_file_atomically(path, torch::jit::pickle_save(tensor.detach().cpu()));
 }
 
 std::string shape_text(c10::IntArrayRef shape) {

@@ -10,19 +10,32 @@
 #include <optional>
 #include <vector>
 
+#include "model_metadata.h"  // dtype_name
+
 namespace fusedops_app {
 
-// Reads a tensor written by scripted/export.py (a TorchScript module whose buffer "tensor"
-// holds it), by torch.jit.save of any module with exactly one buffer, or by torch.save /
-// torch::pickle_save of a plain tensor. The tensor comes back on the CPU.
-at::Tensor load_tensor_file(const std::filesystem::path& path);
+// Tensor files are read whole; a larger one is refused before reading it. The SPEC-size
+// sample files are 32 to 64 MiB.
+inline constexpr std::uintmax_t kDefaultMaxTensorFileBytes = std::uintmax_t{1} << 30;
+inline constexpr const char* kMaxTensorFileOption = "--max-tensor-file-mib";
 
-// Writes with torch::pickle_save, which Python reads back with torch.load(path).
+// A tensor from the bytes of a torch.save(tensor) / torch::pickle_save file, read as
+// torch::pickle_load reads it (libtorch's restricted unpickler, which builds tensors and
+// containers and runs no code), over an adapter that never reads past the bytes. Only one
+// dense floating tensor (float32, float16, bfloat16, float64) is accepted, and only once its
+// sizes, strides and offset are checked to lie within the storage record the file holds (the
+// C++ unpickler does not check that). A TorchScript archive is refused unread. Throws
+// UsageError naming source. The tensor comes back as a contiguous copy on the CPU.
+at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& source,
+                             std::uintmax_t max_bytes = kDefaultMaxTensorFileBytes);
+
+// tensor_from_bytes of the file, read with that bound on its size.
+at::Tensor load_tensor_file(const std::filesystem::path& path,
+                            std::uintmax_t max_bytes = kDefaultMaxTensorFileBytes);
+
+// Writes with torch::pickle_save (Python: torch.load(path, weights_only=True)), through a
+// temporary file renamed over path (write_file_atomically).
 void save_tensor_file(const at::Tensor& tensor, const std::filesystem::path& path);
-
-// The names scripted/export.py writes into fusedops.json ("float32", "bfloat16", ...).
-at::ScalarType parse_dtype_name(const std::string& name);
-std::string dtype_name(at::ScalarType dtype);
 
 // "[32, 256]"
 std::string shape_text(c10::IntArrayRef shape);

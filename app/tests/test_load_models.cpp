@@ -160,9 +160,9 @@ TEST_P(ExportedModelTest, MetadataDescribesTheModel) {
   EXPECT_EQ(metadata.input.shape.size(), 2u);
   EXPECT_EQ(metadata.input.dtype, at::kFloat);
 
-  const at::Tensor input = load_tensor_file(model.sample_input);
+  const at::Tensor input = load_tensor_file(model.folder / kSampleInputName);
   EXPECT_EQ(input.sizes().vec(), metadata.input.shape);
-  const at::Tensor reference = load_tensor_file(model.reference_output);
+  const at::Tensor reference = load_tensor_file(model.folder / kReferenceOutputName);
   EXPECT_EQ(reference.sizes().vec(), metadata.output.shape);
 }
 
@@ -228,7 +228,8 @@ TEST(ExportedModelErrors, MissingFileIsAMessage) {
 TEST(ExportedModelErrors, CorruptFileIsAMessage) {
   const fs::path corrupt = fs::temp_directory_path() / "fusedops_test_corrupt_model.pt";
   std::ofstream(corrupt) << "this is not a TorchScript archive";
-  expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU)); },
+  const LoadOptions unverified{/*allow_unverified=*/true};
+  expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU), unverified); },
                      {"cannot load " + corrupt.string() + " as a TorchScript model"});
   fs::remove(corrupt);
 }
@@ -236,9 +237,18 @@ TEST(ExportedModelErrors, CorruptFileIsAMessage) {
 TEST(ExportedModelErrors, CorruptAotiPackageIsAMessage) {
   const fs::path corrupt = fs::temp_directory_path() / "fusedops_test_corrupt_model.pt2";
   std::ofstream(corrupt) << "this is not an AOTInductor package";
-  expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU)); },
+  const LoadOptions unverified{/*allow_unverified=*/true};
+  expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU), unverified); },
                      {"cannot load " + corrupt.string() + " as an AOTInductor package (.pt2)"});
   fs::remove(corrupt);
+}
+
+TEST(ExportedModelErrors, ModelWithoutManifestNeedsAllowUnverified) {
+  const fs::path bare = fs::temp_directory_path() / "fusedops_test_bare_model.pt";
+  std::ofstream(bare) << "whatever";
+  expect_usage_error([&] { ExportedModel::load(bare, c10::Device(c10::kCPU)); },
+                     {"has no fusedops_manifest.json", "--allow-unverified"});
+  fs::remove(bare);
 }
 
 TEST(ExportedModelErrors, EveryFusedopsOperatorIsRegistered) {

@@ -8,6 +8,7 @@ Needs a build with the app: $FUSEDOPS_BUILD_DIR (scripts/test.sh sets it) or bui
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -47,6 +48,17 @@ def python_env() -> dict:
         [str(REPO_ROOT / "models"), str(REPO_ROOT)] +
         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+def resign_manifest(folder: Path) -> None:
+    """Recompute fusedops_manifest.json after a test changed a file on purpose, so that the app
+    gets past the digest check to the case under test."""
+    path = folder / "fusedops_manifest.json"
+    manifest = json.loads(path.read_text())
+    for name, entry in manifest["files"].items():
+        data = (folder / name).read_bytes()
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    path.write_text(json.dumps(manifest))
 
 
 def run_app(*args, expect: int | None = 0) -> subprocess.CompletedProcess:
@@ -129,8 +141,8 @@ def test_export_metadata_and_scripted_model(model_repo):
         assert f"ops.fusedops.{problem.op}" in model.code
 
         # The saved reference output is the reference model's, and the drop-in matches it.
-        sample = torch.jit.load(str(model_repo / name / "sample_input.pt")).tensor
-        reference = torch.jit.load(str(model_repo / name / "reference_output.pt")).tensor
+        sample = torch.load(model_repo / name / "sample_input.pt", weights_only=True)
+        reference = torch.load(model_repo / name / "reference_output.pt", weights_only=True)
         with torch.no_grad():
             torch.testing.assert_close(model(sample), reference, atol=1e-4, rtol=1e-4)
 
@@ -167,7 +179,7 @@ def test_run_given_input_writes_the_output(model_repo, tmp_path):
     output = tmp_path / "out.pt"
     run_app("run", model_file(model_repo, "98"), "--input", model_repo / name / "sample_input.pt",
             "--output", output)
-    reference = torch.jit.load(str(model_repo / name / "reference_output.pt")).tensor
+    reference = torch.load(model_repo / name / "reference_output.pt", weights_only=True)
     torch.testing.assert_close(torch.load(output), reference, atol=1e-4, rtol=1e-4)
 
 
@@ -196,13 +208,14 @@ def test_check_fails_on_a_wrong_reference(model_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(model_repo, repo)
     name = MODEL_NAMES["98"]
-    reference = torch.jit.load(str(repo / name / "reference_output.pt")).tensor
+    reference = torch.load(repo / name / "reference_output.pt", weights_only=True)
     wrong = reference.clone()
     wrong[7] += 1e-2
     torch.save(wrong, repo / name / "reference_output.pt")  # the app reads torch.save too
     # check also accepts an element within the tolerance of the float64 reference: shift that
     # one too, so the model's output matches neither.
     torch.save(wrong.double(), repo / name / "reference_output_float64.pt")
+    resign_manifest(repo / name)
 
     result = run_app("check", repo, expect=1)
     lines = result.stdout.splitlines()
@@ -220,7 +233,11 @@ def test_check_reports_a_model_that_cannot_load_and_goes_on(model_repo, tmp_path
     repo = tmp_path / "repo"
     shutil.copytree(model_repo, repo)
     (repo / MODEL_NAMES["18"] / "1" / "model.pt").write_bytes(b"not a zip archive")
-    result = run_app("check", repo, expect=1)
+    result = run_app("check", repo, expect=2)  # a damaged file, not a wrong number
+    assert f"ERROR {MODEL_NAMES['18']}: " in result.stdout
+    assert "the file is damaged or was changed after export" in result.stdout
+    resign_manifest(repo / MODEL_NAMES["18"])
+    result = run_app("check", repo, expect=2)
     assert f"ERROR {MODEL_NAMES['18']}: cannot load" in result.stdout
     assert result.stdout.count("PASS") == 3
 
@@ -256,7 +273,9 @@ def test_missing_model_file(tmp_path):
 def test_corrupt_model_file(tmp_path):
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(b"\x00garbage, not a TorchScript archive")
-    assert_usage_error(run_app("run", corrupt, expect=None),
+    assert_usage_error(run_app("run", corrupt, expect=None), "has no fusedops_manifest.json",
+                       "--allow-unverified")
+    assert_usage_error(run_app("run", corrupt, "--allow-unverified", expect=None),
                        f"cannot load {corrupt} as a TorchScript model", "zip archive")
 
 
@@ -280,7 +299,7 @@ def model_with_unknown_operator(tmp_path_factory) -> Path:
 
 
 def test_model_needing_an_unknown_operator(model_with_unknown_operator):
-    result = run_app("info", model_with_unknown_operator, expect=None)
+    result = run_app("info", model_with_unknown_operator, "--allow-unverified", expect=None)
     assert_usage_error(result, "calls operator fusedops::nonexistent, which is not registered",
                        "fusedops::matmul_avgpool_gelu_scale_max")  # lists what there is
 
@@ -396,18 +415,26 @@ def test_export_writes_a_torch_aoti_folder_per_model(aoti_repo):
     for key in AOTI_KEYS:
         torchscript_folder, aoti_folder = aoti_repo / MODEL_NAMES[key], aoti_repo / aoti_name(key)
         assert sorted(p.relative_to(aoti_folder).as_posix() for p in aoti_folder.rglob("*")) == [
-            "1", "1/model.pt2", "config.pbtxt", "reference_output.pt",
+            "1", "1/model.pt2", "config.pbtxt", "fusedops_manifest.json", "reference_output.pt",
             "reference_output_float64.pt", "sample_input.pt"]
-        # Triton's torch_aoti platform, otherwise the same configuration as the TorchScript one.
+        # Triton's torch_aoti platform, pinned to the CPU it was compiled for; otherwise the
+        # same configuration as the TorchScript one (which runs anywhere: KIND_AUTO).
         config = (aoti_folder / "config.pbtxt").read_text()
         assert f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"\n' in config
-        expected = (torchscript_folder / "config.pbtxt").read_text().replace(
-            f'name: "{MODEL_NAMES[key]}"\nplatform: "pytorch_libtorch"',
-            f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"')
-        assert config == expected
-        # The sample input and reference output are the TorchScript folder's files.
+        assert "instance_group [ { count: 1, kind: KIND_CPU } ]" in config
+        torchscript_config = (torchscript_folder / "config.pbtxt").read_text()
+        assert "instance_group [ { count: 1, kind: KIND_AUTO } ]" in torchscript_config
+        def without_instance_group(text: str) -> list[str]:
+            return [line for line in text.splitlines()[2:]
+                    if not line.startswith(("#", "instance_group"))]
+        assert without_instance_group(config) == without_instance_group(torchscript_config)
+        # The same sample input and reference output as the TorchScript folder's, in files of
+        # its own.
         for sample in ("sample_input.pt", "reference_output.pt", "reference_output_float64.pt"):
-            assert (aoti_folder / sample).read_bytes() == (torchscript_folder / sample).read_bytes()
+            assert not (aoti_folder / sample).samefile(torchscript_folder / sample)
+            torch.testing.assert_close(torch.load(aoti_folder / sample, weights_only=True),
+                                       torch.load(torchscript_folder / sample, weights_only=True),
+                                       rtol=0, atol=0)
 
 
 def test_export_pt2_metadata_and_package(aoti_repo):
@@ -423,8 +450,8 @@ def test_export_pt2_metadata_and_package(aoti_repo):
                                      "dtype": "float32"}
         # The package reproduces the reference output, and its batch dimension is free.
         folder = aoti_repo / aoti_name(key)
-        sample = torch.jit.load(str(folder / "sample_input.pt")).tensor
-        reference = torch.jit.load(str(folder / "reference_output.pt")).tensor
+        sample = torch.load(folder / "sample_input.pt", weights_only=True)
+        reference = torch.load(folder / "reference_output.pt", weights_only=True)
         torch.testing.assert_close(package(sample), reference, atol=1e-4, rtol=1e-4)
         scripted = torch.jit.load(str(model_file(aoti_repo, key)))
         for batch in (1, 5):
@@ -475,7 +502,7 @@ def test_run_pt2_at_another_batch_and_on_the_sample(aoti_repo, tmp_path):
     folder = aoti_repo / aoti_name("98")
     run_app("run", aoti_file(aoti_repo, "98"), "--input", folder / "sample_input.pt",
             "--output", output)
-    reference = torch.jit.load(str(folder / "reference_output.pt")).tensor
+    reference = torch.load(folder / "reference_output.pt", weights_only=True)
     torch.testing.assert_close(torch.load(output), reference, atol=1e-4, rtol=1e-4)
 
 
@@ -498,9 +525,9 @@ def test_pt2_input_of_the_wrong_width(aoti_repo, tmp_path):
 def test_corrupt_pt2(tmp_path):
     corrupt = tmp_path / "model.pt2"
     corrupt.write_bytes(b"\x00garbage, not an AOTInductor package")
-    assert_usage_error(run_app("run", corrupt, expect=None),
+    assert_usage_error(run_app("run", corrupt, "--allow-unverified", expect=None),
                        f"cannot load {corrupt} as an AOTInductor package (.pt2)")
-    assert_usage_error(run_app("info", corrupt, expect=None),
+    assert_usage_error(run_app("info", corrupt, "--allow-unverified", expect=None),
                        f"cannot load {corrupt} as an AOTInductor package (.pt2)")
 
 
@@ -521,7 +548,8 @@ def with_aoti_device_key(package: Path, device_key: str, destination: Path) -> P
 def test_pt2_compiled_for_cuda_is_refused_on_the_cpu(aoti_repo, tmp_path):
     claims_cuda = with_aoti_device_key(aoti_file(aoti_repo, "98"), "cuda",
                                        tmp_path / "model.pt2")
-    assert_usage_error(run_app("run", claims_cuda, "--device", "cpu", expect=None),
+    assert_usage_error(run_app("run", claims_cuda, "--device", "cpu", "--allow-unverified",
+                               expect=None),
                        f"{claims_cuda} was compiled by AOTInductor for cuda and runs only there, "
                        "not on --device cpu; use --device cuda")
 

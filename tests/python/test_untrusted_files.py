@@ -1,0 +1,538 @@
+"""Issue 14: fusedops_app given damaged, hostile or hand-made files. Data never runs code, a
+damaged model never crashes the app or computes silently, nothing the app reads is destroyed,
+one bad model folder never stops `check`, and config.pbtxt is Triton's schema checked against
+the model. Each test here failed on the app and export before that issue's fix.
+
+Needs a build with the app: $FUSEDOPS_BUILD_DIR (scripts/test.sh sets it) or build/.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusedops
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_DIR = Path(os.environ.get("FUSEDOPS_BUILD_DIR", REPO_ROOT / "build"))
+APP = BUILD_DIR / "app" / "fusedops_app"
+NAME_98 = "fusedops_98_matmul_avgpool_gelu_scale_max"
+NAME_18 = "fusedops_18_matmul_sum_max_avgpool_logsumexp_logsumexp"
+NAME_39 = "fusedops_39_gemm_scale_batchnorm"
+MANIFEST = "fusedops_manifest.json"
+
+pytestmark = pytest.mark.skipif(not APP.is_file(), reason=f"{APP} is not built")
+
+
+def python_env() -> dict:
+    env = dict(os.environ)
+    env["FUSEDOPS_LIBRARY"] = fusedops.library_path
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT / "models"), str(REPO_ROOT)] +
+        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def export(output: Path, *args: str) -> Path:
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--output",
+                    str(output), *args], cwd=REPO_ROOT, env=python_env(), check=True,
+                   capture_output=True, text=True)
+    return output
+
+
+def run_app(*args, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(APP), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def assert_refused(result: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit status 2 with the message, and no crash."""
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, f"exit {result.returncode}\n{output}"
+    for needle in needles:
+        assert needle in output, f"{needle!r} not in:\n{output}"
+    for crash in ("terminate called", "Segmentation fault", "Exception raised from"):
+        assert crash not in output, output
+
+
+def resign_manifest(folder: Path) -> None:
+    """Recompute the manifest after changing a file on purpose: the app then gets past the
+    digest check to the defence under test (a hand-made or hostile file, not a damaged one)."""
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for name, entry in manifest["files"].items():
+        data = (folder / name).read_bytes()
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def rewrite_zip(source: Path, destination: Path, transform, extra=()) -> None:
+    """A copy of a zip archive with each entry's bytes passed through transform(name, data)
+    (None drops it), then the (ZipInfo, data) pairs of extra appended."""
+    with zipfile.ZipFile(source) as old:
+        entries = [(info, old.read(info)) for info in old.infolist()]
+    temporary = destination.with_name(destination.name + ".new")
+    with zipfile.ZipFile(temporary, "w") as new:
+        for info, data in entries:
+            data = transform(info.filename, data)
+            if data is not None:
+                new.writestr(info, data)
+        for info, data in extra:
+            new.writestr(info, data)
+    temporary.replace(destination)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    return export(tmp_path_factory.mktemp("repo"), "--models", "98,18", "--formats", "pt")
+
+
+@pytest.fixture(scope="module")
+def aoti_repo(tmp_path_factory) -> Path:
+    """Model 98 in both formats (one AOTInductor compile)."""
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        pytest.skip(f"AOTInductor needs a C++ compiler; {compiler} is not on PATH")
+    return export(tmp_path_factory.mktemp("aoti_repo"), "--models", "98", "--formats", "pt,pt2")
+
+
+@pytest.fixture
+def folder98(repo, tmp_path) -> Path:
+    """A private copy of model 98's TorchScript folder, inside a repository of its own."""
+    return Path(shutil.copytree(repo / NAME_98, tmp_path / "repo" / NAME_98))
+
+
+@pytest.fixture
+def aoti_folder(aoti_repo, tmp_path) -> Path:
+    return Path(shutil.copytree(aoti_repo / (NAME_98 + "_aoti"),
+                                tmp_path / "repo" / (NAME_98 + "_aoti")))
+
+
+def package_of(folder: Path) -> Path:
+    return folder / "1" / "model.pt2"
+
+
+# --- 1. data is data --------------------------------------------------------------------------
+
+PAYLOAD_SCRIPT = '''
+import sys
+from typing import Tuple
+
+import torch
+
+
+class Payload(torch.nn.Module):
+    """Loading it runs __setstate__: it creates a file, and with "loop" never returns."""
+
+    def __init__(self, marker: str, loop: bool):
+        super().__init__()
+        self.marker = marker
+        self.loop = loop
+        self.tensor = torch.zeros(32, 256)
+
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[str, bool, torch.Tensor]:
+        return (self.marker, self.loop, self.tensor)
+
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[str, bool, torch.Tensor]) -> None:
+        self.marker = state[0]
+        self.loop = state[1]
+        self.tensor = state[2]
+        self.training = False
+        written = torch.from_file(self.marker, shared=True, size=4)
+        written.fill_(1.0)
+        self.tensor[0, 0] = written[0]
+        n = 1
+        while self.loop and n > 0:
+            n = n + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+torch.jit.save(torch.jit.script(Payload(sys.argv[2], sys.argv[3] == "loop")), sys.argv[1])
+'''
+
+
+@pytest.mark.parametrize("behaviour", ["writes_a_file", "loop"])
+def test_sample_input_that_runs_code_is_refused_and_runs_nothing(folder98, tmp_path, behaviour):
+    script = tmp_path / "make_payload.py"
+    script.write_text(PAYLOAD_SCRIPT)
+    marker = tmp_path / f"written_by_{behaviour}"
+    sample = folder98 / "sample_input.pt"
+    subprocess.run([sys.executable, str(script), str(sample), str(marker),
+                    "loop" if behaviour == "loop" else "once"], check=True, capture_output=True)
+    marker.unlink(missing_ok=True)  # scripting ran __setstate__ once in this process
+    resign_manifest(folder98)  # a hostile file that the manifest vouches for
+    for command in (["check", folder98], ["run", folder98 / "1" / "model.pt", "--input", sample]):
+        try:
+            result = run_app(*command, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"fusedops_app {command[0]} hung on a sample_input.pt that loops")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "is a TorchScript archive (torch.jit.save), not a tensor" in (
+            result.stdout + result.stderr)
+        assert not marker.exists(), "loading the sample input ran its code"
+
+
+def test_run_input_takes_a_torch_saved_tensor(folder98, tmp_path):
+    x = tmp_path / "x.pt"
+    torch.save(torch.rand(3, 256), x)
+    result = run_app("run", folder98 / "1" / "model.pt", "--input", x)
+    assert result.returncode == 0 and "output shape [3]" in result.stdout, result.stderr
+
+
+# --- 3. tensor files shorter than their shape, and their size bound ---------------------------
+
+def test_tensor_file_shorter_than_its_shape_is_refused(folder98, tmp_path):
+    """The storage record cut to 16 bytes, the pickle still saying [4, 256]: libtorch's C++
+    unpickler builds that tensor and the old app read past the buffer (valgrind) and exit 0."""
+    full, short = tmp_path / "full.pt", tmp_path / "short.pt"
+    torch.save(torch.rand(4, 256), full)
+    rewrite_zip(full, short, lambda name, data: data[:16] if name.endswith("/data/0") else data)
+    with pytest.raises(RuntimeError):  # Python's torch.load checks it too
+        torch.load(short, weights_only=True)
+    assert_refused(run_app("run", folder98 / "1" / "model.pt", "--input", short),
+                   "needs 4096 bytes of storage, the file holds 16")
+
+
+def test_tensor_file_claiming_a_huge_string_is_refused_before_allocating(folder98, tmp_path):
+    """A 4-byte length field in the pickle says 4 GiB: libtorch's unpickler allocates (and
+    zero-fills) that much before finding the file short (the fuzzer's finding: 4.5 GB for a
+    1.6 KB file)."""
+    full, bomb = tmp_path / "full.pt", tmp_path / "bomb.pt"
+    torch.save(torch.rand(4, 256), full)
+    rewrite_zip(full, bomb, lambda name, data: data.replace(
+        b"X\x07\x00\x00\x00storage", b"X\x00\x00\xff\xffstorage")
+        if name.endswith("data.pkl") else data)
+    assert_refused(run_app("run", folder98 / "1" / "model.pt", "--input", bomb),
+                   "holds a string of 4294901760 bytes (at most 4096 in a tensor's pickle)")
+
+
+def test_tensor_file_size_is_bounded(folder98, tmp_path):
+    huge = tmp_path / "huge.pt"
+    with open(huge, "wb") as file:  # sparse: 1.5 GiB on paper, nothing on disk
+        file.truncate(3 << 29)
+    start = time.monotonic()
+    assert_refused(run_app("run", folder98 / "1" / "model.pt", "--input", huge),
+                   f"{huge} is 1610612736 bytes, more than the 1073741824-byte limit for a "
+                   "tensor file (raise it with --max-tensor-file-mib)")
+    assert time.monotonic() - start < 30  # refused before reading
+    two_mib = tmp_path / "two_mib.pt"
+    torch.save(torch.rand(2048, 256), two_mib)
+    model = folder98 / "1" / "model.pt"
+    assert_refused(run_app("--max-tensor-file-mib", 1, "run", model, "--input", two_mib),
+                   "more than the 1048576-byte limit")
+    assert run_app("--max-tensor-file-mib", 3, "run", model, "--input", two_mib).returncode == 0
+
+
+# --- 2. digests, .pt2 archives, temporary folders, the CPU's instructions ---------------------
+
+def flip_byte_in_entry(archive: Path, suffix: str, offset: int) -> None:
+    """Flips one byte inside the stored bytes of the entry ending with suffix (a weight)."""
+    with zipfile.ZipFile(archive) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith(suffix))
+    with open(archive, "r+b") as file:
+        file.seek(info.header_offset + 26)
+        name_length, extra_length = (int.from_bytes(file.read(2), "little") for _ in range(2))
+        at = info.header_offset + 30 + name_length + extra_length + offset
+        file.seek(at)
+        byte = file.read(1)[0]
+        file.seek(at)
+        file.write(bytes([byte ^ 0x40]))
+
+
+@pytest.mark.parametrize("command", ["info", "run", "check", "bench"])
+def test_model_with_a_flipped_weight_byte_is_refused(folder98, command):
+    model = folder98 / "1" / "model.pt"
+    flip_byte_in_entry(model, "/data/0", 100)  # the first weight tensor's storage
+    target = folder98 if command == "check" else model
+    extra = ["--iters", 1, "--batch", 1] if command == "bench" else []
+    assert_refused(run_app(command, target, *extra),
+                   "has SHA-256", "the file is damaged or was changed after export")
+
+
+def test_model_without_a_manifest_needs_allow_unverified(folder98):
+    (folder98 / MANIFEST).unlink()
+    model = folder98 / "1" / "model.pt"
+    assert_refused(run_app("info", model), f"has no {MANIFEST}", "--allow-unverified")
+    assert_refused(run_app("check", folder98), f"has no {MANIFEST}")
+    result = run_app("--allow-unverified", "info", model)
+    assert result.returncode == 0 and "loading it unverified" in result.stderr
+
+
+@pytest.mark.parametrize("manifest", [
+    "{not json", '{"format": 1, "algorithm": "md5", "files": {}}',
+    '{"format": 1, "algorithm": "sha256", "files": {"../../etc/passwd": '
+    '{"sha256": "' + "0" * 64 + '", "bytes": 1}}}'])
+def test_garbled_manifest_is_refused(folder98, manifest):
+    (folder98 / MANIFEST).write_text(manifest)
+    assert_refused(run_app("info", folder98 / "1" / "model.pt"), MANIFEST)
+
+
+def test_pt2_entry_escaping_the_folder_is_refused_before_anything_is_unpacked(aoti_folder):
+    """An entry named model/data/aotinductor/model/../../../../../<name> lands in /tmp when
+    unpacked under /tmp/XXXXXX, as AOTInductor's own loader does."""
+    escaped = Path("/tmp") / f"fusedops_escape_{uuid.uuid4().hex}"
+    entry = zipfile.ZipInfo("model/data/aotinductor/model/../../../../../" + escaped.name)
+    package = package_of(aoti_folder)
+    rewrite_zip(package, package, lambda name, data: data, extra=[(entry, b"escaped")])
+    resign_manifest(aoti_folder)
+    try:
+        assert_refused(run_app("info", package), "is not a relative path inside the archive")
+        assert not escaped.exists()
+    finally:
+        escaped.unlink(missing_ok=True)
+
+
+def test_pt2_symlink_entry_is_refused(aoti_folder):
+    link = zipfile.ZipInfo("model/data/aotinductor/model/link")
+    link.create_system = 3  # Unix
+    link.external_attr = (stat.S_IFLNK | 0o777) << 16
+    package = package_of(aoti_folder)
+    rewrite_zip(package, package, lambda name, data: data, extra=[(link, b"/etc/passwd")])
+    resign_manifest(aoti_folder)
+    assert_refused(run_app("info", package), "is a symbolic link; nothing was unpacked")
+
+
+def with_package_metadata(folder: Path, **changes: str) -> None:
+    def transform(name: str, data: bytes) -> bytes:
+        if name.endswith("_metadata.json"):
+            metadata = json.loads(data)
+            metadata.update(changes)
+            return json.dumps(metadata).encode()
+        return data
+    rewrite_zip(package_of(folder), package_of(folder), transform)
+    resign_manifest(folder)
+
+
+def test_pt2_for_instructions_this_cpu_lacks_is_refused(aoti_folder):
+    if torch.cpu.get_capabilities().get("amx_tile"):
+        pytest.skip("this CPU has AMX")
+    with_package_metadata(aoti_folder, AOTI_CPU_ISA="AVX512 AVX512_VNNI AMX_TILE")
+    assert_refused(run_app("run", package_of(aoti_folder)),
+                   "this CPU lacks [amx_tile, amx_bf16, amx_int8]", "(SIGILL)")
+
+
+def leftover_folders(since: float, marker: str) -> list[Path]:
+    """Folders under /tmp made since `since` that hold a file named marker: what a loader
+    unpacking there left behind."""
+    found = []
+    for entry in Path("/tmp").iterdir():
+        try:
+            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_mtime >= since:
+                if any(p.name == marker for p in entry.rglob("*")):
+                    found.append(entry)
+        except OSError:
+            pass
+    return found
+
+
+def test_pt2_leaves_no_temporary_folder(aoti_folder, tmp_path):
+    """A package whose library does not load (its .so replaced by garbage): the old app left
+    the unpacked package in /tmp/XXXXXX; so does a failing AOTIModelPackageLoader."""
+    with zipfile.ZipFile(package_of(aoti_folder)) as zf:
+        library = next(n for n in zf.namelist() if n.endswith(".so"))
+    rewrite_zip(package_of(aoti_folder), package_of(aoti_folder),
+                lambda name, data: b"\x7fELF not a library" if name == library else data)
+    resign_manifest(aoti_folder)
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    since = time.time() - 1
+    result = run_app("info", package_of(aoti_folder), env=env)
+    assert result.returncode == 2, result.stderr
+    assert "cannot load" in result.stderr
+    assert list(private_tmp.iterdir()) == []
+    assert leftover_folders(since, Path(library).name) == []
+
+
+def test_pt2_loaded_and_run_leaves_no_temporary_folder(aoti_repo, tmp_path):
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    result = run_app("check", aoti_repo / (NAME_98 + "_aoti"), env=env)
+    assert result.returncode == 0 and result.stdout.startswith("PASS"), result.stderr
+    assert list(private_tmp.iterdir()) == []
+
+
+# --- 4. data loss -----------------------------------------------------------------------------
+
+def test_run_output_never_overwrites_the_model_or_the_input(folder98, tmp_path):
+    model = folder98 / "1" / "model.pt"
+    sample = folder98 / "sample_input.pt"
+    before = {p: p.read_bytes() for p in (model, sample)}
+    hard_link = tmp_path / "another_name.pt"
+    os.link(model, hard_link)
+    for output in (model, sample, hard_link, folder98 / "1" / ".." / "sample_input.pt"):
+        assert_refused(run_app("run", model, "--input", sample, "--output", output, "--force"),
+                       "refusing to overwrite it, even with --force")
+    assert {p: p.read_bytes() for p in (model, sample)} == before
+
+
+def test_run_output_replaces_an_existing_file_only_with_force(folder98, tmp_path):
+    model = folder98 / "1" / "model.pt"
+    output = tmp_path / "out.pt"
+    output.write_bytes(b"precious")
+    assert_refused(run_app("run", model, "--output", output), "exists; pass --force")
+    assert output.read_bytes() == b"precious"
+    result = run_app("run", model, "--output", output, "--force")
+    assert result.returncode == 0, result.stderr
+    assert torch.load(output, weights_only=True).shape == (32,)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_export_folders_own_their_files_and_reexport_leaves_the_other_alone(aoti_repo, tmp_path):
+    pt_folder, pt2_folder = aoti_repo / NAME_98, aoti_repo / (NAME_98 + "_aoti")
+    for name in ("sample_input.pt", "reference_output.pt", "reference_output_float64.pt"):
+        assert not (pt_folder / name).samefile(pt2_folder / name), name
+        assert os.stat(pt_folder / name).st_nlink == 1
+    repo = Path(shutil.copytree(aoti_repo, tmp_path / "repo"))
+    before = {p: p.read_bytes() for p in (repo / (NAME_98 + "_aoti")).rglob("*") if p.is_file()}
+    export(repo, "--models", "98", "--formats", "pt", "--seed", "7")
+    after = {p: p.read_bytes() for p in (repo / (NAME_98 + "_aoti")).rglob("*") if p.is_file()}
+    assert after == before
+    result = run_app("check", repo)
+    assert result.returncode == 0 and result.stdout.count("PASS") == 2, result.stdout
+
+
+# --- 6. check robustness -----------------------------------------------------------------------
+
+def test_check_goes_on_past_a_link_loop_and_a_version_above_int64(repo, tmp_path):
+    copy = Path(shutil.copytree(repo, tmp_path / "repo"))
+    (copy / "looping").symlink_to(copy / "looping")
+    huge = Path(shutil.copytree(copy / NAME_18, copy / "fusedops_huge_version"))
+    (huge / "1").rename(huge / "99999999999999999999999")
+    result = run_app("check", copy)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any(l.startswith("ERROR looping: cannot read") and "symbolic links" in l
+               for l in lines), lines
+    assert any(l.startswith("ERROR fusedops_huge_version: version folder") and
+               "above 9223372036854775807" in l for l in lines), lines
+    assert sum(l.startswith("PASS") for l in lines) == 2
+
+
+def test_check_of_missing_or_corrupt_files_exits_2(folder98):
+    (folder98 / "sample_input.pt").unlink()
+    assert_refused(run_app("check", folder98), "sample_input.pt")
+
+
+def test_check_refuses_links_out_of_the_repository(repo, tmp_path):
+    outside = Path(shutil.copytree(repo / NAME_98, tmp_path / "elsewhere" / NAME_98))
+    inside = tmp_path / "repo"
+    inside.mkdir()
+    (inside / NAME_98).symlink_to(outside)
+    assert_refused(run_app("check", inside), "outside", "--allow-external-symlinks")
+    result = run_app("check", inside, "--allow-external-symlinks")
+    assert result.returncode == 0 and result.stdout.startswith("PASS"), result.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--threads", 100000, "info"], "--threads"),
+    (["run", "--batch", 1 << 40], "--batch"),
+    (["bench", "--iters", 10**12], "--iters"),
+    (["bench", "--batch", "1,99999999999999999999"], "--batch"),
+    (["--max-tensor-file-mib", 0, "info"], "--max-tensor-file-mib"),
+])
+def test_numeric_options_are_bounded(folder98, args, needle):
+    command = [a for a in args] + [folder98 / "1" / "model.pt"]
+    try:
+        result = run_app(*command, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"fusedops_app {' '.join(map(str, args))} hung")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr, result.stderr
+    assert "not in range" in result.stderr or "Could not convert" in result.stderr or (
+        "failed" in result.stderr), result.stderr
+
+
+def test_tampered_metadata_dtype_is_refused(folder98):
+    model = folder98 / "1" / "model.pt"
+
+    def transform(name: str, data: bytes) -> bytes:
+        if name.endswith("extra/fusedops.json"):
+            metadata = json.loads(data)
+            metadata["input"]["dtype"] = "int64"
+            return json.dumps(metadata).encode()
+        return data
+    rewrite_zip(model, model, transform)
+    resign_manifest(folder98)
+    assert_refused(run_app("run", model),
+                   "input dtype int64; scripted/export.py writes float32, float16 or bfloat16")
+
+
+def test_folder_name_with_a_newline_cannot_print_a_pass_line(repo, tmp_path):
+    copy = Path(shutil.copytree(repo, tmp_path / "repo"))
+    (copy / NAME_18).rename(copy / f"{NAME_18}\nPASS fusedops_fake on cpu")
+    result = run_app("check", copy)
+    lines = result.stdout.splitlines()
+    assert not any(l.startswith("PASS fusedops_fake") for l in lines), lines
+    assert any("\\nPASS fusedops_fake" in l for l in lines), lines
+
+
+def test_random_config_pbtxt_does_not_pass(folder98):
+    (folder98 / "config.pbtxt").write_bytes(random.Random(14).randbytes(3000))
+    resign_manifest(folder98)
+    result = run_app("check", folder98)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.startswith(f"ERROR {NAME_98}:") and "config.pbtxt:" in result.stdout
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (("dims: [ 256 ]", "dims: [ 128 ]"), "input[0].dims must be [256]"),
+    (("TYPE_FP32", "TYPE_FP16"), "input[0].data_type must be TYPE_FP32, got TYPE_FP16"),
+    (('platform: "pytorch_libtorch"', 'platform: "torch_aoti"'), "platform must be"),
+    (("max_batch_size: 32", "max_batch_size: 0"), "max_batch_size must be >= 1"),
+    (("max_batch_size: 32", "max_batch_size: 32\nnot_a_field: 1"), "config.pbtxt:4:"),
+])
+def test_config_pbtxt_is_checked_against_the_model(folder98, edit, needle):
+    config = folder98 / "config.pbtxt"
+    text = config.read_text()
+    assert edit[0] in text
+    config.write_text(text.replace(edit[0], edit[1], 1))
+    resign_manifest(folder98)
+    result = run_app("check", folder98)
+    assert result.returncode == 2 and needle in result.stdout, result.stdout
+
+
+# --- Triton configuration (issue 10) -----------------------------------------------------------
+
+def test_exported_config_is_what_triton_serves(repo, aoti_repo):
+    config = (repo / NAME_98 / "config.pbtxt").read_text()
+    assert "instance_group [ { count: 1, kind: KIND_AUTO } ]" in config
+    assert "dynamic_batching { }" in config
+    assert 'parameters: { key: "INFERENCE_MODE" value: { string_value: "true" } }' in config
+    pt2_config = (aoti_repo / (NAME_98 + "_aoti") / "config.pbtxt").read_text()
+    assert "instance_group [ { count: 1, kind: KIND_CPU } ]" in pt2_config
+    assert "export it with --device cuda" in pt2_config
+
+
+def test_train_mode_39_is_not_batched_by_triton(tmp_path):
+    repo = export(tmp_path / "train", "--models", "39", "--mode", "train", "--formats", "pt")
+    folder = repo / NAME_39
+    config = (folder / "config.pbtxt").read_text()
+    assert "dynamic_batching" not in config.replace("# No dynamic_batching", "")
+    assert "statistics" in config
+    assert json.loads(zipfile.ZipFile(folder / "1" / "model.pt").read(
+        next(n for n in zipfile.ZipFile(folder / "1" / "model.pt").namelist()
+             if n.endswith("extra/fusedops.json"))))["rows_independent"] is False
+    result = run_app("check", folder)
+    assert result.returncode == 0 and result.stdout.startswith("PASS"), result.stdout
+    (folder / "config.pbtxt").write_text(config + "dynamic_batching { }\n")
+    resign_manifest(folder)
+    result = run_app("check", folder)
+    assert result.returncode == 2 and "dynamic_batching must be absent" in result.stdout
