@@ -138,3 +138,25 @@ def test_pyproject_pins_the_torch_of_requirements_txt():
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     assert pins[0] in pyproject["build-system"]["requires"]
     assert pyproject["project"]["dependencies"] == [pins[0]]
+
+
+def test_check_wheel_finds_a_bad_wheel(tmp_path):
+    """scripts/check_wheel.py (CI's wheel check) flags stray files, soname copies, a
+    build-tree RUNPATH and missing metadata, not only passes good wheels."""
+    import zipfile
+    wheel = tmp_path / "fusedops-0.0.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fusedops/__init__.py", "")
+        archive.writestr("fusedops/_library.py", "")
+        archive.write(LIBRARY, "fusedops/libfusedops.so")
+        archive.write(LIBRARY, "fusedops/libfusedops.so.0")
+        archive.writestr("include/fusedops/fusedops.h", "")
+        archive.writestr("fusedops-0.0.0.dist-info/METADATA", "Name: fusedops\n")
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "check_wheel.py"),
+                             str(wheel)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "files outside the fusedops package: ['include/fusedops/fusedops.h']" in result.stderr
+    assert ("expected one library, fusedops/libfusedops.so, got ['fusedops/libfusedops.so', "
+            "'fusedops/libfusedops.so.0']") in result.stderr
+    assert "the metadata does not require a torch version" in result.stderr
+    assert "expected ['$ORIGIN/../torch/lib']" in result.stderr  # the build tree's RUNPATH
