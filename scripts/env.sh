@@ -44,12 +44,15 @@ fusedops_activate_python() {
   local venv="$cache/venv-$key"
   if [[ ! -f "$venv/.complete" ]]; then
     _fusedops_log "creating Python venv $venv (torch 2.11.0 and test tools; a few minutes once)"
-    rm -rf "$venv" && mkdir -p "$cache" &&
-      "$py" -m venv "$venv" &&
-      "$venv/bin/python" -m pip install -q --upgrade pip &&
-      "$venv/bin/python" -m pip install -q --cache-dir "$cache/pip" -r "$FUSEDOPS_ROOT/requirements.txt" &&
-      touch "$venv/.complete" ||
-      { _fusedops_log "could not create the venv $venv"; return 1; }
+    if ! { rm -rf "$venv" && mkdir -p "$cache" &&
+           "$py" -m venv "$venv" &&
+           "$venv/bin/python" -m pip install -q --upgrade pip &&
+           "$venv/bin/python" -m pip install -q --cache-dir "$cache/pip" \
+             -r "$FUSEDOPS_ROOT/requirements.txt" &&
+           touch "$venv/.complete"; }; then
+      _fusedops_log "could not create the venv $venv"
+      return 1
+    fi
   fi
   # shellcheck disable=SC1091
   source "$venv/bin/activate" || return 1
