@@ -1,35 +1,47 @@
-"""fusedops benchmark: PyTorch eager, torch.compile (default and max-autotune-no-cudagraphs),
-ModelNew and scripted ModelNew, side by side in one process on one GPU.
+r"""fusedops benchmark: PyTorch eager, torch.compile (default and max-autotune-no-cudagraphs),
+ModelNew and scripted ModelNew, side by side in one process on one GPU (or the CPU).
 
     python bench/bench.py [--models 98,18,39,62] [--batches 1,32,1024,4096] \
-        [--dtypes float32,float16,bfloat16] [--compile-batches 1024] [--json results.json]
+        [--dtypes float32,float16,bfloat16] [--compile-batches 1024] [--json results.json] \
+        [--plot speedup.png]
+    python bench/bench.py --device cpu --sizes small --batches 1,32 --dtypes float32 \
+        --compile-batches 1,32 --no-large-39 --plot speedup.png      # a quick CPU run
 
-Timing: CUDA events around each call, warm-up first, inputs rotated over enough distinct
-buffers that each call reads its input from HBM rather than L2, median over --reps calls.
+Timing: on CUDA, CUDA events around each call, warm-up first, inputs rotated over enough
+distinct buffers that each call reads its input from HBM rather than L2; on the CPU, wall time
+of each call (time.perf_counter); the median over --reps calls.
 Relative error: ||out - ref|| / ||ref|| against the reference model run in float64 on the
 same weights and input. Model 39 runs in training mode (as the public benchmark does).
-Prints the GPU's measured ceilings, each model's floor, and the table last.
+Prints the GPU's measured ceilings, each model's floor (CUDA only), and the table last.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import json
 import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import fusedops
 from fusedops.problems import BENCH_39_LARGE, PROBLEMS
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripted.export import SMALL_SIZES  # noqa: E402  (the CI export's sizes)
+
 L2_FLUSH_BYTES = 256 * 2**20  # rotate inputs until at least this many bytes are in flight
 
 
 def timed(fn, inputs, reps, warmup=3):
-    """Median ms of fn(inputs[i % len]) over reps calls, each bracketed by CUDA events."""
+    """Median ms of fn(inputs[i % len]) over reps calls, each bracketed by CUDA events (on
+    the CPU: by time.perf_counter)."""
+    if not inputs[0].is_cuda:
+        return timed_interleaved([fn], inputs, reps, warmup)[0]
     for i in range(warmup):
         fn(inputs[i % len(inputs)])
     torch.cuda.synchronize()
@@ -50,6 +62,15 @@ def timed_interleaved(fns, inputs, reps, warmup=3):
     for i in range(warmup):
         for fn in fns:
             fn(inputs[i % len(inputs)])
+    if not inputs[0].is_cuda:
+        samples = [[] for _ in fns]
+        for i in range(reps):
+            order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
+            for f in order:
+                start = time.perf_counter()
+                fns[f](inputs[i % len(inputs)])
+                samples[f].append((time.perf_counter() - start) * 1e3)
+        return [statistics.median(s) for s in samples]
     torch.cuda.synchronize()
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                for _ in range(reps)] for _ in fns]
@@ -114,15 +135,16 @@ def rel_err(out, ref):
 
 def bench_config(key, init_args, batch, dtype, args, compile_here):
     prob = PROBLEMS[key]
+    device = args.device
     torch.manual_seed(0)
-    ref = prob.model(*init_args).cuda()
-    new = prob.model_new(*init_args).cuda()
+    ref = prob.model(*init_args).to(device)
+    new = prob.model_new(*init_args).to(device)
     new.load_state_dict(ref.state_dict())
     ref64 = copy.deepcopy(ref).double()
     ref, new = ref.to(dtype), new.to(dtype)
     in_bytes = batch * init_args[prob.in_features_index] * torch.finfo(dtype).bits // 8
     n_inputs = max(2, min(64, math.ceil(L2_FLUSH_BYTES / max(in_bytes, 1))))
-    inputs = [prob.make_input(batch, init_args, dist="rand", dtype=dtype, device="cuda")
+    inputs = [prob.make_input(batch, init_args, dist="rand", dtype=dtype, device=device)
               for _ in range(n_inputs)]
     # Model 39 trains (every call updates the BN running stats, in every variant alike), except
     # at batch 1, where training is undefined (the reference raises): there it runs in eval.
@@ -153,7 +175,7 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
             except Exception as e:  # report, keep benchmarking the rest
                 row[name + "_ms"] = float("nan")
                 row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-        if dtype == torch.float32 and args.tf32:
+        if dtype == torch.float32 and args.tf32 and device == "cuda":
             saved = torch.backends.cuda.matmul.fp32_precision
             torch.backends.cuda.matmul.fp32_precision = "tf32"
             try:
@@ -168,7 +190,8 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
         if base and mine and not math.isnan(base) and not math.isnan(mine):
             row["x_vs_" + name] = base / mine
     del ref, new, ref64, scripted, variants, inputs
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return row
 
 
@@ -176,11 +199,20 @@ def fmt(v, spec):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def print_table(rows, ceil):
-    print(f"\nGPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+def device_name(device):
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    import platform
+    return f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+def print_table(rows, ceil, device):
+    label = "GPU" if device == "cuda" else "device"
+    print(f"\n{label}: {device_name(device)}  torch {torch.__version__}  "
           f"fusedops {torch.ops.fusedops.version()}")
-    print(f"ceilings: copy {ceil['copy_tbs']:.2f} TB/s, SGEMM {ceil['sgemm_tflops']:.1f}, "
-          f"TF32 {ceil['tf32_tflops']:.0f}, bf16 {ceil['bf16_tflops']:.0f} TFLOP/s")
+    if ceil:
+        print(f"ceilings: copy {ceil['copy_tbs']:.2f} TB/s, SGEMM {ceil['sgemm_tflops']:.1f}, "
+              f"TF32 {ceil['tf32_tflops']:.0f}, bf16 {ceil['bf16_tflops']:.0f} TFLOP/s")
     head = (f"{'model':>5} {'size':>17} {'dtype':>8} {'eager':>8} {'compile':>8} {'c-maxat':>8}"
             f" {'new':>8} {'script':>8} {'floor':>7} {'x eager':>8} {'x comp':>7} {'x maxat':>7}"
             f" {'err new':>8} {'err eag':>8} {'tf32 eag':>8} {'tf32 new':>8} {'x tf32':>6}")
@@ -203,31 +235,126 @@ def print_table(rows, ceil):
     print("(39e: model 39 in eval mode, at batch 1 where training mode is undefined)")
 
 
+CSV_COLUMNS = ["model", "mode", "batch", "in_features", "out_features", "dtype", "eager_ms",
+               "compile_ms", "compile_maxat_ms", "modelnew_ms", "scripted_ms", "floor_ms",
+               "x_vs_eager", "x_vs_compile", "x_vs_compile_maxat", "modelnew_err", "eager_err",
+               "eager_tf32_ms", "modelnew_tf32_ms", "x_vs_eager_tf32"]
+
+
+def write_csv(path, rows):
+    """One line per configuration, the table's columns (the JSON has every field)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(dict(r, in_features=r["init_args"][0], out_features=r["init_args"][1]))
+
+
+def import_pyplot():
+    """matplotlib only for --plot, checked before anything is measured."""
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("bench: --plot needs matplotlib (requirements.txt pins it: "
+                 "pip install -r requirements.txt)")
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_speedups(plt, rows, path, title):
+    """One panel per model: ModelNew's speedup against eager and against torch.compile at each
+    batch (and dtype, when several ran), on a log scale; 1x dashed. A bar is missing where that baseline did
+    not run (torch.compile runs only at --compile-batches)."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    several_dtypes = len({r["dtype"] for r in rows}) > 1
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 4.2), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in rows if r["model"] == model]
+        labels = []
+        for r in mine:
+            label = f"b{r['batch']}"
+            if several_dtypes:
+                label += f"\n{r['dtype']}"
+            if r["init_args"] != mine[0]["init_args"]:  # model 39's public-benchmark size
+                label += f"\n{r['init_args'][0]}x{r['init_args'][1]}"
+            labels.append(label)
+        xs = range(len(mine))
+        for offset, key, name in ((-0.2, "x_vs_eager", "vs eager"),
+                                  (0.2, "x_vs_compile", "vs torch.compile")):
+            values = [r.get(key, float("nan")) for r in mine]
+            bars = ax.bar([x + offset for x in xs], values, width=0.4, label=name)
+            ax.bar_label(bars, labels=[fmt(v, ".1f") for v in values], fontsize=7)
+        ax.set_yscale("log")  # ratios: 0.5x and 2x equally far from 1x
+        ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+        ax.set_xticks(list(xs), labels)
+        ax.set_title(f"model {model} ({PROBLEMS[model].name})", fontsize=9)
+        ax.set_ylabel("speedup of ModelNew (x)")
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def comma_list(text):
+    return [item for item in text.split(",") if item]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", default="18,98,39,62")
-    p.add_argument("--batches", default="1,32,1024,4096")
-    p.add_argument("--dtypes", default="float32,float16,bfloat16")
+    p.add_argument("--models", default="18,98,39,62",
+                   help="comma-separated problem keys (default: %(default)s)")
+    p.add_argument("--batches", default="1,32,1024,4096",
+                   help="comma-separated batch sizes (default: %(default)s)")
+    p.add_argument("--dtypes", default="float32,float16,bfloat16",
+                   help="comma-separated dtypes of models and inputs (default: %(default)s)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="where to run (default: %(default)s); the CPU has no ceilings, floors "
+                        "or TF32 columns")
+    p.add_argument("--sizes", choices=("spec", "small"), default="spec",
+                   help="spec: SPEC's default model sizes (8192 x 8192 weights); small: the CI "
+                        "export's sizes (scripted/export.py), for the CPU (default: %(default)s)")
     p.add_argument("--compile-batches", default="1024",
-                   help="batches at which torch.compile variants run (each compile costs ~1 min)")
-    p.add_argument("--no-compile", action="store_true")
-    p.add_argument("--no-tf32", dest="tf32", action="store_false")
-    p.add_argument("--no-large-39", dest="large39", action="store_false")
-    p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--json", default=None)
+                   help="batches at which torch.compile variants run (each compile costs ~1 min "
+                        "on the GPU machine; default: %(default)s)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip torch.compile at every batch")
+    p.add_argument("--no-tf32", dest="tf32", action="store_false",
+                   help="skip the timing with TF32 allowed (eager and ModelNew, interleaved)")
+    p.add_argument("--no-large-39", dest="large39", action="store_false",
+                   help="skip model 39 at the public benchmark's 16384 x 4096 x 4096")
+    p.add_argument("--reps", type=int, default=50,
+                   help="timed calls per variant; the median is reported (default: %(default)s)")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write every result to FILE (JSON) and the table to FILE with the "
+                        "suffix .csv next to it")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw ModelNew's speedup against eager and torch.compile per model and "
+                        "batch (needs matplotlib)")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("bench: needs a CUDA GPU")
+    if args.reps < 1:
+        p.error(f"--reps must be at least 1, got {args.reps}")
+    unknown = [k for k in comma_list(args.models) if k not in PROBLEMS]
+    if unknown:
+        p.error(f"--models: unknown {', '.join(unknown)}; expected some of {', '.join(PROBLEMS)}")
+    plt = import_pyplot() if args.plot else None
+    for output in (args.json, args.plot):  # before the run, not after an hour of it
+        if output:
+            Path(output).parent.mkdir(parents=True, exist_ok=True)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench: --device cuda needs a CUDA GPU; use --device cpu (with --sizes small)")
     torch.backends.cuda.matmul.fp32_precision = "ieee"  # the exact-float32 contract
-    ceil = measure_ceilings()
-    compile_batches = set() if args.no_compile else {int(b) for b in args.compile_batches.split(",")}
+    ceil = measure_ceilings() if args.device == "cuda" else None
+    compile_batches = set() if args.no_compile else {int(b) for b in comma_list(args.compile_batches)}
     rows = []
     configs = []
-    for key in args.models.split(","):
-        for dt in args.dtypes.split(","):
-            for b in (int(x) for x in args.batches.split(",")):
-                configs.append((key, PROBLEMS[key].init_args, b, getattr(torch, dt)))
-        if key == "39" and args.large39:
+    for key in comma_list(args.models):
+        init_args = PROBLEMS[key].init_args if args.sizes == "spec" else SMALL_SIZES[key][0]
+        for dt in comma_list(args.dtypes):
+            for b in (int(x) for x in comma_list(args.batches)):
+                configs.append((key, init_args, b, getattr(torch, dt)))
+        if key == "39" and args.large39 and args.sizes == "spec":
             configs.append(("39", BENCH_39_LARGE["init_args"], BENCH_39_LARGE["batch_size"],
                             torch.float32))
     for key, init_args, b, dt in configs:
@@ -235,19 +362,26 @@ def main(argv=None):
                                                 (key == "39" and b == 16384 and compile_batches))
         t0 = time.time()
         row = bench_config(key, init_args, b, dt, args, compile_here)
-        row["floor_ms"], row["flops"], row["bytes"] = floor_ms(key, init_args, b, ceil)
+        if ceil:
+            row["floor_ms"], row["flops"], row["bytes"] = floor_ms(key, init_args, b, ceil)
         if dt != torch.float32:
             row["floor_ms"] = None
         rows.append(row)
         print(f"[bench] {key} b{b} {dt} done in {time.time() - t0:.0f}s: "
               f"new {fmt(row.get('modelnew_ms'), '.4f')} ms, eager {fmt(row.get('eager_ms'), '.4f')} ms",
               flush=True)
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "ceilings": ceil, "rows": rows, "command": " ".join(sys.argv)}
+    result = {"device": args.device, "gpu": device_name(args.device), "torch": torch.__version__,
+              "fusedops": torch.ops.fusedops.version(), "ceilings": ceil, "rows": rows,
+              "command": " ".join(sys.argv)}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
-    print_table(rows, ceil)
+        write_csv(Path(args.json).with_suffix(".csv"), rows)
+    if args.plot:
+        plot_speedups(plt, rows, args.plot,
+                      f"{device_name(args.device)}, torch {torch.__version__}, "
+                      f"fusedops {torch.ops.fusedops.version()}")
+    print_table(rows, ceil, args.device)
 
 
 if __name__ == "__main__":

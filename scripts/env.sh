@@ -7,7 +7,10 @@
 #   FUSEDOPS_SKIP_APT=1   do not call apt-get (machines without root, the GPU machine).
 #   FUSEDOPS_PYTHON  use this python (and its packages) instead of a venv, e.g. the GPU
 #                    machine's preinstalled torch 2.11.0+cu130.
-set -euo pipefail
+#
+# Safe to `source` from an interactive shell: it changes no shell option (the scripts that
+# source it set their own `set -euo pipefail` first), and its functions report failure by
+# their return status instead of relying on `set -e`.
 FUSEDOPS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export FUSEDOPS_ROOT
 
@@ -26,8 +29,8 @@ fusedops_install_system_packages() {
   command -v apt-get >/dev/null || { _fusedops_log "missing packages ${missing[*]} and no apt-get"; return 1; }
   local sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
   _fusedops_log "installing Debian packages: ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $sudo apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 fusedops_activate_python() {
@@ -42,18 +45,21 @@ fusedops_activate_python() {
   local venv="$cache/venv-$key"
   if [[ ! -f "$venv/.complete" ]]; then
     _fusedops_log "creating Python venv $venv (torch 2.11.0 and test tools; a few minutes once)"
-    rm -rf "$venv"; mkdir -p "$cache"
-    "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q --cache-dir "$cache/pip" -r "$FUSEDOPS_ROOT/requirements.txt"
-    touch "$venv/.complete"
+    if ! { rm -rf "$venv" && mkdir -p "$cache" &&
+           "$py" -m venv "$venv" &&
+           "$venv/bin/python" -m pip install -q --upgrade pip &&
+           "$venv/bin/python" -m pip install -q --cache-dir "$cache/pip" \
+             -r "$FUSEDOPS_ROOT/requirements.txt" &&
+           touch "$venv/.complete"; }; then
+      _fusedops_log "could not create the venv $venv"
+      return 1
+    fi
   fi
   # shellcheck disable=SC1091
-  source "$venv/bin/activate"
+  source "$venv/bin/activate" || return 1
   export PYTHON="$venv/bin/python"
 }
 
 fusedops_setup() {
-  fusedops_install_system_packages
-  fusedops_activate_python
+  fusedops_install_system_packages && fusedops_activate_python
 }

@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
   // Global options may also follow the subcommand: `fusedops_app check repo --device cuda`.
   app.fallthrough();
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("fusedops_app ") + fusedops::version() +
+                                        " (libtorch " TORCH_VERSION ")");
 
   GlobalOptions global;
   add_global_options(app, global);

@@ -2,15 +2,17 @@
 
 Importing the package loads libfusedops.so, which registers torch.ops.fusedops.*.
 """
+import torch
+
 from ._library import load_library
 
 library_path = load_library()
+# The library's version: the repository's VERSION file, compiled in (fusedops::version()).
+__version__ = torch.ops.fusedops.version()
 
 from .reference import Model18, Model39, Model62, Model98  # noqa: E402
 from .model_new import ModelNew18, ModelNew39, ModelNew62, ModelNew98  # noqa: E402
 from .problems import PROBLEMS, Problem, get_init_inputs, get_inputs, get_problem  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Model18", "Model39", "Model62", "Model98",

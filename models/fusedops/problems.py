@@ -1,5 +1,5 @@
 """The four problems: reference model, drop-in, default constructor arguments and inputs
-(SPEC.md's default sizes), in one table."""
+(docs/MODELS.md's default sizes), in one table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +46,7 @@ PROBLEMS: dict[str, Problem] = {
                   reference.Model62, model_new.ModelNew62, (8192, 8192, 512), 1024),
 }
 
-# The public benchmark runs model 39 at another size as well (SPEC.md).
+# The public benchmark runs model 39 at another size as well (docs/MODELS.md).
 BENCH_39_LARGE = {"init_args": (4096, 4096, (4096,)), "batch_size": 16384}
 
 

@@ -1,5 +1,5 @@
-"""The four reference models, exactly as defined in SPEC.md. Every test and benchmark imports
-them from here."""
+"""The four reference models, exactly as defined in docs/MODELS.md. Every test and benchmark
+imports them from here."""
 import torch
 import torch.nn as nn
 

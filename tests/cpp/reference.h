@@ -1,5 +1,5 @@
-// The reference chains of SPEC.md as ATen composites (what the four reference models compute,
-// op for op), plus the comparison helpers the GoogleTest files share.
+// The reference chains of docs/MODELS.md as ATen composites (what the four reference models
+// compute, op for op), plus the comparison helpers the GoogleTest files share.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -85,7 +85,7 @@ inline at::Tensor reference62(const at::Tensor& x, const at::Tensor& w, const at
   return l + l;
 }
 
-// Tolerances of SPEC.md's accuracy contract.
+// Tolerances of docs/MODELS.md's accuracy contract.
 struct Tolerance {
   double rtol;
   double atol;

@@ -1,5 +1,5 @@
 """Helpers shared by the pytest files: building a reference model and its ModelNew with the
-same weights, drawing inputs, and the accuracy contract of SPEC.md as assertions.
+same weights, drawing inputs, and the accuracy contract of docs/MODELS.md as assertions.
 
 Every expected value comes from the reference models in fusedops.reference run by PyTorch;
 nothing is compared against numbers produced by fusedops itself.
@@ -22,7 +22,7 @@ UNIT_ROUNDOFF = {
     torch.bfloat16: 2.0 ** -8,
 }
 
-# SPEC.md: float32 must be allclose(atol=1e-4, rtol=1e-4) to the float32 reference.
+# docs/MODELS.md: float32 must be allclose(atol=1e-4, rtol=1e-4) to the float32 reference.
 FLOAT32_ATOL = 1e-4
 FLOAT32_RTOL = 1e-4
 # float64: the fused chain and the reference differ only in summation order.

@@ -34,7 +34,7 @@ MODEL_MODE_IDS = [f"{k}-{m}" for k, m in MODEL_MODES]
 # atol is relative to the largest gradient entry (gradients of a sum over the batch grow with it).
 GRAD_TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10),
             torch.float32: dict(rtol=1e-4, atol=1e-5)}
-# Outputs and BatchNorm statistics come from the fused forward: SPEC.md's accuracy contract.
+# Outputs and BatchNorm statistics come from the fused forward: docs/MODELS.md's accuracy contract.
 FORWARD_TOL = {torch.float64: dict(rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL),
                torch.float32: dict(rtol=FLOAT32_RTOL, atol=FLOAT32_ATOL)}
 

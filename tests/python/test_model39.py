@@ -132,7 +132,7 @@ def test_constructor_defaults_match_reference():
 @pytest.mark.cuda
 @pytest.mark.slow
 def test_public_benchmark_size_cuda():
-    """The public benchmark runs model 39 at B = 16384, in = out = 4096 (SPEC.md)."""
+    """The public benchmark runs model 39 at B = 16384, in = out = 4096 (docs/MODELS.md)."""
     from fusedops.problems import BENCH_39_LARGE
     args, b = BENCH_39_LARGE["init_args"], BENCH_39_LARGE["batch_size"]
     ref, new = make_pair("39", args, device="cuda")

@@ -163,8 +163,8 @@ def test_steady_state_forward_does_not_refold(key, mode, device):
 
 @pytest.mark.parametrize("key", ["98", "18"])
 def test_in_place_change_refolds(key, device):
-    """Models 98 and 18 fold their weights (SPEC.md): an in-place change must refold once, and
-    the next forward is steady again."""
+    """Models 98 and 18 fold their weights (docs/MODELS.md): an in-place change must refold
+    once, and the next forward is steady again."""
     ref, new = pair(key, device)
     x = x_for(key, device)
     with torch.no_grad():

@@ -1,0 +1,72 @@
+"""bench/bench.py on the CPU at small sizes (issue 13): every option has help text, a run
+writes the JSON, the CSV next to it and the speedup plot, and --plot without matplotlib is a
+message before anything is measured."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fusedops
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCH = REPO_ROOT / "bench" / "bench.py"
+
+
+def run_bench(*args, code: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, FUSEDOPS_LIBRARY=fusedops.library_path,
+               PYTHONPATH=str(REPO_ROOT / "models"))
+    command = [sys.executable, str(BENCH), *args] if code is None else \
+        [sys.executable, "-c", code, *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_every_option_has_help():
+    result = run_bench("--help")
+    assert result.returncode == 0, result.stderr
+    options = [line.split()[0] for line in result.stdout.splitlines()
+               if line.startswith("  --")]
+    assert len(options) >= 12, options
+    for line in result.stdout.split("options:")[1].split("\n  -")[1:]:
+        flag, _, text = line.partition("  ")
+        assert text.strip() or "\n" in line, f"no help for -{flag}"
+
+
+def test_cpu_run_writes_json_csv_and_plot(tmp_path):
+    out = tmp_path / "results" / "bench.json"
+    plot = tmp_path / "speedup.png"
+    result = run_bench("--device", "cpu", "--sizes", "small", "--models", "18,98",
+                       "--batches", "1,3", "--dtypes", "float32", "--no-compile",
+                       "--reps", "3", "--json", str(out), "--plot", str(plot))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["device"] == "cpu" and data["ceilings"] is None
+    assert [(r["model"], r["batch"]) for r in data["rows"]] == [("18", 1), ("18", 3),
+                                                                 ("98", 1), ("98", 3)]
+    for row in data["rows"]:
+        assert row["modelnew_ms"] > 0 and row["eager_ms"] > 0, row
+        assert row["modelnew_err"] < 1e-5, row
+    with open(out.with_suffix(".csv"), newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert [(r["model"], r["batch"], r["in_features"]) for r in lines] == [
+        ("18", "1", "256"), ("18", "3", "256"), ("98", "1", "256"), ("98", "3", "256")]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_is_a_message_before_the_run(tmp_path):
+    hide = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv[0] = "
+            f"{str(BENCH)!r}; runpy.run_path({str(BENCH)!r}, run_name='__main__')")
+    result = run_bench("--device", "cpu", "--sizes", "small", "--plot",
+                       str(tmp_path / "p.png"), code=hide)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "bench: --plot needs matplotlib" in result.stderr
+    assert "[bench]" not in result.stdout  # nothing was measured
+
+
+def test_unknown_model_is_a_usage_error():
+    result = run_bench("--device", "cpu", "--models", "18,77")
+    assert result.returncode == 2
+    assert "--models: unknown 77; expected some of 98, 18, 39, 62" in result.stderr
