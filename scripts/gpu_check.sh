@@ -19,6 +19,36 @@ if [[ -x /usr/bin/g++ ]]; then
   FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++"
   FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++"
 fi
+# The GPU machine reaches no registry: what it lacks travels in the git-ignored folders .whl/
+# (Python wheels: nvidia-cutlass for the sm_90 GEMM, tritonclient + protobuf for the app's
+# config schema) and .carry/debs/ (Debian packages: libzip, libssl). Each is unpacked into
+# .carry/deps/ only when the machine does not have it already.
+deps="$ROOT/.carry/deps"
+for wheel in "$ROOT"/.whl/{nvidia_cutlass,tritonclient,protobuf}-*.whl; do
+  [[ -f $wheel ]] || continue
+  module=$(basename "$wheel"); module=${module%%-*}; module=${module/nvidia_cutlass/cutlass_library}
+  [[ $module == protobuf ]] && module=google.protobuf
+  if [[ $module == google.protobuf ]] || ! "$FUSEDOPS_PYTHON" -c "import $module" 2>/dev/null; then
+    "$FUSEDOPS_PYTHON" -m pip install -q --no-index --no-deps --target "$deps/site" "$wheel" \
+      || echo "gpu_check: could not install $wheel" >&2
+  fi
+done
+[[ -d $deps/site ]] && export PYTHONPATH="$deps/site${PYTHONPATH:+:$PYTHONPATH}"
+for deb in "$ROOT"/.carry/debs/*.deb; do
+  [[ -f $deb ]] || continue
+  package=$(dpkg-deb -f "$deb" Package)
+  dpkg -s "$package" >/dev/null 2>&1 || dpkg -x "$deb" "$deps/root"
+done
+if [[ -d $deps/root ]]; then
+  # A -dev package's lib*.so links name a runtime library the machine has in /usr/lib.
+  for link in "$deps"/root/usr/lib/x86_64-linux-gnu/*.so; do
+    if [[ -L $link && ! -e $link && -e /usr/lib/x86_64-linux-gnu/$(readlink "$link") ]]; then
+      ln -sf "/usr/lib/x86_64-linux-gnu/$(readlink "$link")" "$link"
+    fi
+  done
+  export CMAKE_PREFIX_PATH="$deps/root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export FUSEDOPS_BUILD_DIR="$ROOT/build-gpu"
 export FUSEDOPS_LIBRARY="$FUSEDOPS_BUILD_DIR/libfusedops.so"
 export PYTHONPATH="$ROOT/models${PYTHONPATH:+:$PYTHONPATH}"
