@@ -75,7 +75,7 @@ fi
 # pytest-xdist, where installed (it is on the GPU machine), spreads the suite over 16 workers.
 xdist=(); "$FUSEDOPS_PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 16)
 skip() { [[ " ${FUSEDOPS_GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
-skip tests || step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" "${xdist[@]}"
+skip tests || step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" --durations=30 "${xdist[@]}"
 if ! skip deploy; then
   # The deployment path on the GPU: export the four models with CUDA at the SPEC sizes, then the
   # C++ app (no Python) checks them against the reference outputs and times them.
