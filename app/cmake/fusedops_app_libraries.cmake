@@ -95,8 +95,10 @@ add_library(fusedops_app_files STATIC
   "${FUSEDOPS_APP_SOURCE_DIR}/temporary_directory.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/tensor_io.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/tensor_pickle.cpp")
+# ops/include: fusedops/accuracy.h, the header-only tolerance rule check shares with the tests.
 target_include_directories(fusedops_app_files PUBLIC
-  "${FUSEDOPS_APP_SOURCE_DIR}" "${FUSEDOPS_APP_FMT_SHIM_DIR}")
+  "${FUSEDOPS_APP_SOURCE_DIR}" "${FUSEDOPS_APP_FMT_SHIM_DIR}"
+  "${FUSEDOPS_APP_SOURCE_DIR}/../../ops/include")
 target_link_libraries(fusedops_app_files PUBLIC
   fusedops_app_triton ${TORCH_LIBRARIES} spdlog::spdlog fmt::fmt nlohmann_json::nlohmann_json
   fusedops_libzip OpenSSL::Crypto)

@@ -1,28 +1,25 @@
-// `fusedops_app bench MODEL.pt --batch 1,32,1024 --iters N`: per-call latency percentiles and
+// `fusedops_app bench MODEL.pt --batch 1,32,1024 --iters N`: per-call latency statistics and
 // throughput, each call timed on its own and synchronized with the device.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <torch/version.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <numeric>
+#include <cstdio>
 
 #include "app_error.h"
 #include "commands.h"
 #include "device.h"
 #include "exported_model.h"
+#include "fusedops/fusedops.h"
+#include "json_output.h"
+#include "latency_statistics.h"
+#include "printable.h"
 #include "tensor_io.h"
 
 namespace fusedops_app {
 
 namespace {
-
-// Nearest-rank percentile of sorted samples.
-double percentile(const std::vector<double>& sorted, double p) {
-  const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
-}
 
 std::vector<double> time_forward_ms(ExportedModel& model, const at::Tensor& input,
                                     const BenchOptions& options) {
@@ -44,46 +41,112 @@ std::vector<double> time_forward_ms(ExportedModel& model, const at::Tensor& inpu
   return samples;
 }
 
+// Batch sizes are checked as text: CLI11's Range on a value that is not a number (`"1 32"`)
+// reports the range of a double, which names neither the form expected nor the value given.
+std::string check_batch_size(const std::string& text) {
+  int64_t value = 0;
+  if (CLI::detail::lexical_cast(text, value) && value >= 1 && value <= kMaxBatchSize) {
+    return {};
+  }
+  return fmt::format("expected batch sizes from 1 to {} separated by commas (e.g. 1,32,1024), "
+                     "got '{}'",
+                     kMaxBatchSize, printable(text));
+}
+
+double samples_per_second(int64_t batch, double ms) {
+  return ms > 0.0 ? static_cast<double>(batch) * 1e3 / ms : 0.0;
+}
+
+JsonDocument summary_json(int64_t batch, const LatencySummary& s) {
+  return {{"batch", batch},
+          {"samples", s.samples},
+          {"min_ms", s.min_ms},
+          {"median_ms", s.median_ms},
+          {"p90_ms", s.p90_ms},
+          {"p99_ms", s.p99_ms ? JsonDocument(*s.p99_ms) : JsonDocument(nullptr)},
+          {"q1_ms", s.q1_ms},
+          {"q3_ms", s.q3_ms},
+          {"iqr_ms", s.iqr_ms},
+          {"max_ms", s.max_ms},
+          {"mean_ms", s.mean_ms},
+          {"samples_per_s", samples_per_second(batch, s.median_ms)},
+          {"relative_iqr", s.relative_iqr()},
+          {"unstable", s.unstable()}};
+}
+
 }  // namespace
 
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   CLI::App* command = app.add_subcommand(
-      "bench", "Latency percentiles and throughput of a model at several batch sizes");
+      "bench", "Latency statistics (min, median, p90, p99, IQR) and throughput of a model at "
+               "several batch sizes");
   command->add_option("model", options.model,
                       "model.pt or model.pt2 written by scripted/export.py")
       ->required();
   command->add_option("-b,--batch", options.batch_sizes, "comma list of batch sizes")
       ->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, kMaxBatchSize))
+      ->check(CLI::Validator(check_batch_size, "INT,..."))
       ->capture_default_str();
-  command->add_option("-n,--iters", options.iterations, "timed calls per batch size")
+  command->add_option("-n,--iters", options.iterations,
+                      fmt::format("timed calls per batch size (p99 is reported from {} on)",
+                                  kMinSamplesForP99))
       ->check(CLI::Range(int64_t{1}, kMaxIterations))
       ->capture_default_str();
   command->add_option("--warmup", options.warmup, "untimed calls before timing")
       ->check(CLI::Range(int64_t{0}, kMaxIterations))
       ->capture_default_str();
   command->add_option("--seed", options.seed, "seed of the random inputs")->capture_default_str();
+  command->add_flag("--json", options.json,
+                    "one JSON document on stdout at the end instead of the table "
+                    "(app/README.md); the table's rows go to stderr as they are measured");
   return command;
 }
 
 int run_bench_command(const BenchOptions& options, const c10::Device& device,
                       const FileOptions& files) {
   ExportedModel model = ExportedModel::load(options.model, device, files.load);
-  fmt::print("model {} on {}, {} timed calls after {} warm-up calls per batch size\n",
+  // With --json, stdout carries the document alone and the table goes to the log, row by row.
+  std::FILE* table = options.json ? stderr : stdout;
+  fmt::print(table, "model {} on {}, {} timed calls after {} warm-up calls per batch size\n",
              model.display_name(), device.str(), options.iterations, options.warmup);
-  fmt::print("{:>7} {:>11} {:>11} {:>11} {:>11} {:>15}\n", "batch", "p50 ms", "p90 ms",
-             "p99 ms", "mean ms", "samples/s");
+  fmt::print(table, "{:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>13}\n", "batch", "min ms",
+             "median ms", "p90 ms", "p99 ms", "IQR ms", "samples/s");
+  std::fflush(table);
+
+  JsonDocument results = JsonDocument::array();
   for (const int64_t batch : options.batch_sizes) {
     const at::Tensor input = model.random_input(batch, options.seed);
     spdlog::debug("bench {}: input {}", model.display_name(), shape_text(input.sizes()));
-    std::vector<double> samples = time_forward_ms(model, input, options);
-    std::sort(samples.begin(), samples.end());
-    const double mean_ms =
-        std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
-    fmt::print("{:>7} {:>11.4f} {:>11.4f} {:>11.4f} {:>11.4f} {:>15.1f}\n", batch,
-               percentile(samples, 50), percentile(samples, 90), percentile(samples, 99),
-               mean_ms, static_cast<double>(batch) * 1e3 / mean_ms);
-    std::fflush(stdout);
+    const LatencySummary s = summarize_latencies(time_forward_ms(model, input, options));
+    fmt::print(table, "{:>7} {:>11.4f} {:>11.4f} {:>11.4f} {:>11} {:>11.4f} {:>13.1f}\n", batch,
+               s.min_ms, s.median_ms, s.p90_ms,
+               s.p99_ms ? fmt::format("{:.4f}", *s.p99_ms) : std::string("-"), s.iqr_ms,
+               samples_per_second(batch, s.median_ms));
+    std::fflush(table);
+    if (s.unstable()) {
+      spdlog::warn("batch {}: the interquartile range is {:.0f}% of the median (more than "
+                   "{:.0f}%): these timings are unstable; other load on the machine, or too few "
+                   "--warmup or --iters calls",
+                   batch, 100.0 * s.relative_iqr(), 100.0 * kUnstableRelativeIqr);
+    }
+    results.push_back(summary_json(batch, s));
+  }
+  if (options.iterations < kMinSamplesForP99) {
+    spdlog::info("p99 is reported from --iters {} on", kMinSamplesForP99);
+  }
+  if (options.json) {
+    print_json({{"command", "bench"},
+                {"fusedops_version", fusedops::version()},
+                {"libtorch_version", TORCH_VERSION},
+                {"model", model.display_name()},
+                {"file", model.path().string()},
+                {"device", device.str()},
+                {"iterations", options.iterations},
+                {"warmup", options.warmup},
+                {"seed", options.seed},
+                {"min_samples_for_p99", kMinSamplesForP99},
+                {"unstable_relative_iqr", kUnstableRelativeIqr},
+                {"results", results}});
   }
   return kExitOk;
 }

@@ -1,5 +1,6 @@
-// fusedops_app's subcommands. Each prints its results on stdout (logs go to stderr) and
-// returns an exit status (app_error.h); errors it cannot report per model are thrown.
+// fusedops_app's subcommands. Each prints its results on stdout (logs go to stderr), as they
+// are produced, and returns an exit status (app_error.h); errors it cannot report per model are
+// thrown. info, check and bench print one JSON document instead with --json (app/README.md).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -28,6 +29,7 @@ struct FileOptions {
 
 struct InfoOptions {
   std::string model;
+  bool json = false;  // --json: one JSON document on stdout instead of the text
 };
 
 struct RunOptions {
@@ -45,6 +47,7 @@ struct CheckOptions {
   std::optional<double> atol;
   std::optional<double> rtol;
   bool allow_external_symlinks = false;
+  bool json = false;
 };
 
 struct BenchOptions {
@@ -53,6 +56,7 @@ struct BenchOptions {
   int64_t iterations = 100;
   int64_t warmup = 10;
   uint64_t seed = 0;
+  bool json = false;
 };
 
 struct StressOptions {

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "exported_model.h"
 #include "fusedops/fusedops.h"
+#include "json_output.h"
 #include "printable.h"
 #include "tensor_io.h"
 
@@ -18,16 +19,73 @@ namespace fusedops_app {
 
 namespace {
 
-std::string kernel_availability(const std::string& op_name) {
+struct KernelAvailability {
+  bool registered = false;
+  bool cpu = false;
+  bool cuda = false;
+};
+
+KernelAvailability kernel_availability(const std::string& op_name) {
   const auto op = c10::Dispatcher::singleton().findOp({op_name, ""});
   if (!op) {
+    return {};
+  }
+  return {true, op->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU),
+          op->hasComputedKernelForDispatchKey(c10::DispatchKey::CUDA)};
+}
+
+std::string describe(const KernelAvailability& kernels) {
+  if (!kernels.registered) {
     return "not registered";
   }
-  auto yes_no = [&](c10::DispatchKey key) {
-    return op->hasComputedKernelForDispatchKey(key) ? "yes" : "no";
-  };
-  return fmt::format("kernels: CPU {}, CUDA {}", yes_no(c10::DispatchKey::CPU),
-                     yes_no(c10::DispatchKey::CUDA));
+  return fmt::format("kernels: CPU {}, CUDA {}", kernels.cpu ? "yes" : "no",
+                     kernels.cuda ? "yes" : "no");
+}
+
+std::set<std::string> devices_of(const std::vector<TensorGroup>& groups) {
+  std::set<std::string> devices;
+  for (const auto& [title, tensors] : groups) {
+    for (const NamedTensor& named : tensors) {
+      devices.insert(named.tensor.device().str());
+    }
+  }
+  return devices;
+}
+
+// The --json document: the same facts as the text, fusedops.json as the file holds it.
+JsonDocument info_json(const ExportedModel& model, const c10::Device& device) {
+  JsonDocument document = {{"command", "info"},
+                           {"fusedops_version", fusedops::version()},
+                           {"libtorch_version", TORCH_VERSION},
+                           {"file", model.path().string()},
+                           {"format", model.artifact_description()}};
+  if (const auto& metadata = model.metadata()) {
+    const KernelAvailability kernels = kernel_availability(metadata->op);
+    document["metadata"] = metadata->raw;
+    document["operator"] = {{"name", metadata->op},
+                            {"registered", kernels.registered},
+                            {"cpu_kernel", kernels.cpu},
+                            {"cuda_kernel", kernels.cuda}};
+  } else {
+    document["metadata"] = nullptr;
+  }
+  const std::vector<TensorGroup> groups = model.tensor_groups();
+  JsonDocument tensor_groups = JsonDocument::array();
+  for (const auto& [title, tensors] : groups) {
+    JsonDocument entries = JsonDocument::array();
+    for (const auto& [name, tensor] : tensors) {
+      entries.push_back({{"name", name},
+                         {"shape", tensor.sizes().vec()},
+                         {"dtype", dtype_name(tensor.scalar_type())},
+                         {"device", tensor.device().str()}});
+    }
+    tensor_groups.push_back({{"title", title}, {"tensors", entries}});
+  }
+  document["tensor_groups"] = tensor_groups;
+  document["model_devices"] = devices_of(groups);
+  document["device"] = device.str();
+  document["cuda_device_count"] = torch::cuda::device_count();
+  return document;
 }
 
 void print_tensor_table(const std::string& title, const std::vector<NamedTensor>& tensors) {
@@ -52,12 +110,18 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   command->add_option("model", options.model,
                       "model.pt or model.pt2 written by scripted/export.py")
       ->required();
+  command->add_flag("--json", options.json,
+                    "one JSON document on stdout instead of the text (app/README.md)");
   return command;
 }
 
 int run_info_command(const InfoOptions& options, const c10::Device& device,
                      const FileOptions& files) {
   ExportedModel model = ExportedModel::load(options.model, device, files.load);
+  if (options.json) {
+    print_json(info_json(model, device));
+    return kExitOk;
+  }
   fmt::print("file        {}\n", printable(model.path().string()));
   fmt::print("format      {}\n", model.artifact_description());
   if (const auto& metadata = model.metadata()) {
@@ -69,7 +133,7 @@ int run_info_command(const InfoOptions& options, const c10::Device& device,
     fmt::print("model       {} (problem {}, {})\n", printable(metadata->model_name),
                printable(metadata->problem), printable(metadata->name));
     fmt::print("operator    {} ({})\n", printable(metadata->op),
-               kernel_availability(metadata->op));
+               describe(kernel_availability(metadata->op)));
     fmt::print("init args   {}\n", printable(metadata->init_args.dump()));
     fmt::print("mode        {}\n", metadata->mode);
     fmt::print("input       [{}] {} (exported with B = {})\n", fmt::join(batch_free_dims, ", "),
@@ -84,15 +148,12 @@ int run_info_command(const InfoOptions& options, const c10::Device& device,
   }
   fmt::print("this app    fusedops {}, libtorch {}\n", fusedops::version(), TORCH_VERSION);
 
-  std::set<std::string> devices;
-  for (const auto& [title, tensors] : model.tensor_groups()) {
+  const std::vector<TensorGroup> groups = model.tensor_groups();
+  for (const auto& [title, tensors] : groups) {
     print_tensor_table(title, tensors);
-    for (const NamedTensor& named : tensors) {
-      devices.insert(named.tensor.device().str());
-    }
   }
   fmt::print("devices     model on [{}] (--device {}); this machine: cpu, {} CUDA GPU(s)\n",
-             fmt::join(devices, ", "), device.str(), torch::cuda::device_count());
+             fmt::join(devices_of(groups), ", "), device.str(), torch::cuda::device_count());
   return kExitOk;
 }
 

@@ -51,7 +51,26 @@ void configure_logging(const GlobalOptions& options) {
   spdlog::set_level(level);
 }
 
+// The group of the options every subcommand takes, in the main help and in each subcommand's.
+constexpr const char* kGlobalOptionsGroup = "Global options (before or after the subcommand)";
+
+// CLI11 lists a subcommand's own options only; the global ones are accepted after it too
+// (fallthrough), so its --help lists them as well, from the parent's group.
+class SubcommandHelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_footer(const CLI::App* app) const override {
+    const CLI::App* parent = app->get_parent();
+    if (parent == nullptr) {
+      return CLI::Formatter::make_footer(app);
+    }
+    const std::vector<const CLI::Option*> global = parent->get_options(
+        [](const CLI::Option* option) { return option->get_group() == kGlobalOptionsGroup; });
+    return make_group(kGlobalOptionsGroup, false, global) + CLI::Formatter::make_footer(app);
+  }
+};
+
 void add_global_options(CLI::App& app, GlobalOptions& options) {
+  app.option_defaults()->group(kGlobalOptionsGroup);
   app.add_option("-d,--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("-t,--threads", options.threads,
                  "CPU threads for libtorch's intra-op pool (default: libtorch's choice)")
@@ -65,6 +84,7 @@ void add_global_options(CLI::App& app, GlobalOptions& options) {
       ->capture_default_str();
   app.add_flag("-v,--verbose", options.verbosity, "more logs on stderr (-vv: trace)");
   app.add_flag("-q,--quiet", options.quiet, "only warnings and errors on stderr");
+  app.option_defaults()->group("Options");  // the subcommands' own options
 }
 
 }  // namespace
@@ -79,6 +99,7 @@ int main(int argc, char** argv) {
   // Global options may also follow the subcommand: `fusedops_app check repo --device cuda`.
   app.fallthrough();
   app.require_subcommand(1);
+  app.formatter(std::make_shared<SubcommandHelpFormatter>());  // before the subcommands copy it
   app.set_version_flag("--version", std::string("fusedops_app ") + fusedops::version() +
                                         " (libtorch " TORCH_VERSION ")");
 

@@ -231,19 +231,6 @@ std::string summarize_tensor(const at::Tensor& tensor, int64_t first_values) {
   return text;
 }
 
-Tolerance tolerance_for(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kHalf:
-      return {1e-2, 1e-2};  // 10 mantissa bits: ~20 units in the last place
-    case at::kBFloat16:
-      return {5e-2, 5e-2};  // 7 mantissa bits: ~6 units in the last place
-    case at::kDouble:
-      return {1e-7, 1e-7};
-    default:
-      return {1e-4, 1e-4};  // float32: the public KernelBench bar (SPEC.md)
-  }
-}
-
 Comparison compare_to_reference(const at::Tensor& output, const at::Tensor& reference,
                                 const Tolerance& tolerance,
                                 const std::optional<at::Tensor>& reference_float64) {
@@ -262,14 +249,12 @@ Comparison compare_to_reference(const at::Tensor& output, const at::Tensor& refe
   const at::Tensor expected = reference.detach().to(at::kCPU, at::kDouble);
   const at::Tensor abs_error = (got - expected).abs();
   const at::Tensor allowed = tolerance.atol + tolerance.rtol * expected.abs();
-  // NaN compares false, so a NaN output counts as a mismatch (allclose, equal_nan=False).
-  at::Tensor within = abs_error <= allowed;
+  at::Tensor within = fusedops::accuracy::within_tolerance(got, expected, tolerance);
   if (reference_float64 && reference_float64->sizes() == reference.sizes()) {
-    const at::Tensor exact = reference_float64->detach().to(at::kCPU, at::kDouble);
-    const at::Tensor near_exact =
-        (got - exact).abs() <= tolerance.atol + tolerance.rtol * exact.abs();
-    result.within_float64_only = (near_exact & within.logical_not()).sum().item<int64_t>();
-    within = within | near_exact;
+    const at::Tensor with_float64 =
+        fusedops::accuracy::within_tolerance(got, expected, tolerance, reference_float64);
+    result.within_float64_only = (with_float64 & within.logical_not()).sum().item<int64_t>();
+    within = with_float64;
   }
   result.mismatches = result.elements - within.sum().item<int64_t>();
   result.max_abs_error = abs_error.max().item<double>();

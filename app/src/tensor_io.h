@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "fusedops/accuracy.h"
 #include "model_metadata.h"  // dtype_name
 
 namespace fusedops_app {
@@ -44,15 +45,9 @@ std::string shape_text(c10::IntArrayRef shape);
 // first values, in a few lines.
 std::string summarize_tensor(const at::Tensor& tensor, int64_t first_values = 8);
 
-// allclose(out, reference, atol, rtol): |out - reference| <= atol + rtol * |reference|.
-struct Tolerance {
-  double atol;
-  double rtol;
-};
-
-// The accuracy contract (SPEC.md): float32 as close as PyTorch's own float32 result, tested as
-// allclose(1e-4, 1e-4); float16/bfloat16 results carry that precision's rounding.
-Tolerance tolerance_for(at::ScalarType dtype);
+// docs/MODELS.md's accuracy contract, the one rule the C++ tests use too.
+using fusedops::accuracy::Tolerance;
+using fusedops::accuracy::tolerance_for;
 
 struct Comparison {
   std::vector<int64_t> output_shape, reference_shape;
@@ -60,10 +55,10 @@ struct Comparison {
   bool shapes_match = false;
   bool dtypes_match = false;
   int64_t elements = 0;
-  int64_t mismatches = 0;       // elements outside the tolerance (NaN never matches)
-  // Elements outside the tolerance of the float32 reference but within it of the float64
-  // reference (a sum that cancels, where PyTorch's own float32 result is off by more than the
-  // tolerance): not counted as mismatches.
+  int64_t mismatches = 0;  // elements fusedops::accuracy::within_tolerance rejects
+  // Elements outside the tolerance of the float32 reference but at least as close to the
+  // float64 reference as the float32 reference is (a sum that cancels, where PyTorch's own
+  // float32 result is off by more than the tolerance): not counted as mismatches.
   int64_t within_float64_only = 0;
   double max_abs_error = 0.0;
   double max_rel_error = 0.0;
@@ -76,9 +71,8 @@ struct Comparison {
   std::string describe(const Tolerance& tolerance) const;
 };
 
-// reference_float64, when given, is the same reference computed in float64: an element outside
-// the tolerance of `reference` passes if it is within the tolerance of the float64 one (a sum
-// that cancels to near zero can leave PyTorch's own float32 result further off than 1e-4).
+// fusedops::accuracy::within_tolerance, counted and described. reference_float64, when given,
+// is the same reference computed in float64 (a reference_float64 of another shape is ignored).
 Comparison compare_to_reference(const at::Tensor& output, const at::Tensor& reference,
                                 const Tolerance& tolerance,
                                 const std::optional<at::Tensor>& reference_float64 = std::nullopt);

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -263,8 +264,9 @@ TEST(ExportedModelErrors, EveryFusedopsOperatorIsRegistered) {
   }
 }
 
-// check's float64 rule: an element that misses allclose against the float32 reference passes
-// only when it is within the same tolerance of the float64 reference.
+// check's float64 rule (fusedops/accuracy.h): an element that misses allclose against the
+// float32 reference passes only when it is at least as close to the float64 reference as the
+// float32 reference is.
 TEST(CompareToReference, AcceptsAnElementOffTheFloat32ReferenceOnlyNearFloat64) {
   const at::Tensor exact = at::tensor({0.0, 1.0}, at::kDouble);
   const at::Tensor reference32 = at::tensor({3e-4f, 1.0f});    // PyTorch's float32, 3e-4 off
@@ -278,4 +280,48 @@ TEST(CompareToReference, AcceptsAnElementOffTheFloat32ReferenceOnlyNearFloat64) 
   const Comparison worse = compare_to_reference(wrong, reference32, tolerance, exact);
   EXPECT_FALSE(worse.passed());
   EXPECT_EQ(worse.mismatches, 1);
+}
+
+// The rule of the tests and of docs/MODELS.md, not a looser one: being within 1e-4 of the
+// float64 value is not enough where PyTorch's float32 result is closer to it than that, and an
+// element as close as PyTorch's own float32 result is not an error where that result is itself
+// far from the float64 value.
+TEST(CompareToReference, Float64DecidesOnlyAsCloseAsTheFloat32Reference) {
+  const Tolerance tolerance = tolerance_for(at::kFloat);
+  const at::Tensor exact = at::tensor({0.0}, at::kDouble);
+  // PyTorch's float32 result 5e-5 from the exact value, ours 9e-5 on the other side: within
+  // 1e-4 of the exact value, but farther from it than PyTorch's and 1.4e-4 from PyTorch's.
+  const Comparison farther = compare_to_reference(at::tensor({-9e-5f}), at::tensor({5e-5f}),
+                                                  tolerance, exact);
+  EXPECT_FALSE(farther.passed());
+  EXPECT_EQ(farther.mismatches, 1);
+  // PyTorch's float32 result 1e-3 from the exact value (a sum that cancels), ours 5e-4.
+  const Comparison closer = compare_to_reference(at::tensor({5e-4f}), at::tensor({1e-3f}),
+                                                 tolerance, exact);
+  EXPECT_TRUE(closer.passed());
+  EXPECT_EQ(closer.within_float64_only, 1);
+}
+
+// Non-finite values: NaN matches NaN and an infinity the same infinity (torch.isclose with
+// equal_nan, as the tests compare), nothing else.
+TEST(CompareToReference, NonFiniteValuesMatchOnlyThemselves) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor reference = at::tensor({nan, inf, -inf, 1.0}, at::kFloat);
+  const Tolerance tolerance = tolerance_for(at::kFloat);
+  EXPECT_TRUE(compare_to_reference(reference.clone(), reference, tolerance).passed());
+  EXPECT_EQ(compare_to_reference(at::tensor({1.0, inf, -inf, 1.0}, at::kFloat), reference,
+                                 tolerance).mismatches, 1);
+  EXPECT_EQ(compare_to_reference(at::tensor({nan, -inf, -inf, nan}, at::kFloat), reference,
+                                 tolerance).mismatches, 2);
+}
+
+TEST(Tolerance, OneTableForTheAppAndTheTests) {
+  EXPECT_EQ(tolerance_for(at::kFloat).atol, 1e-4);
+  EXPECT_EQ(tolerance_for(at::kFloat).rtol, 1e-4);
+  EXPECT_EQ(tolerance_for(at::kHalf).atol, 1e-2);
+  EXPECT_EQ(tolerance_for(at::kBFloat16).rtol, 1e-2);
+  EXPECT_EQ(tolerance_for(at::kDouble).atol, 1e-10);
+  EXPECT_EQ(tolerance_for(at::kDouble).rtol, 1e-9);
+  EXPECT_THROW(tolerance_for(at::kInt), c10::Error);
 }

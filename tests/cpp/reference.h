@@ -6,6 +6,8 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include "fusedops/accuracy.h"
+
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -85,18 +87,13 @@ inline at::Tensor reference62(const at::Tensor& x, const at::Tensor& w, const at
   return l + l;
 }
 
-// Tolerances of docs/MODELS.md's accuracy contract.
-struct Tolerance {
-  double rtol;
-  double atol;
-};
-inline Tolerance tolerance_for(at::ScalarType dtype) {
-  if (dtype == at::kDouble) return {1e-9, 1e-10};
-  if (dtype == at::kFloat) return {1e-4, 1e-4};
-  return {2e-2, 2e-2};
-}
+// docs/MODELS.md's accuracy contract: the one rule the app's check uses too. A test that needs
+// another bound passes its own Tolerance{atol, rtol} to the same rule.
+using fusedops::accuracy::Tolerance;
+using fusedops::accuracy::tolerance_for;
 
-// allclose with NaN == NaN, same shape, dtype and device; the message names the worst element.
+// fusedops::accuracy::within_tolerance for every element (NaN == NaN), the same shape, dtype and
+// device; the message names the worst element.
 inline ::testing::AssertionResult AllClose(const at::Tensor& actual, const at::Tensor& expected,
                                            Tolerance tol) {
   if (actual.sizes() != expected.sizes()) {
@@ -115,7 +112,7 @@ inline ::testing::AssertionResult AllClose(const at::Tensor& actual, const at::T
   if (actual.numel() == 0) return ::testing::AssertionSuccess();
   const at::Tensor a = actual.to(at::kCPU, at::kDouble);
   const at::Tensor e = expected.to(at::kCPU, at::kDouble);
-  if (at::allclose(a, e, tol.rtol, tol.atol, /*equal_nan=*/true)) {
+  if (fusedops::accuracy::within_tolerance(a, e, tol).all().item<bool>()) {
     return ::testing::AssertionSuccess();
   }
   const at::Tensor diff = (a - e).abs().nan_to_num(/*nan=*/1e300).flatten();

@@ -90,7 +90,8 @@ TEST(FoldHelpers, AvgpoolFoldLinearMatchesAvgPool1d) {
           at::avg_pool1d(w.to(at::kDouble).t().unsqueeze(0), {c.k}).squeeze(0).t();
       const at::Tensor expected_b =
           at::avg_pool1d(b.to(at::kDouble).view({1, 1, -1}), {c.k}).view({-1});
-      const Tolerance tol = dtype == at::kDouble ? Tolerance{1e-12, 1e-14} : Tolerance{1e-5, 1e-6};
+      const Tolerance tol = dtype == at::kDouble ? Tolerance{/*atol=*/1e-14, /*rtol=*/1e-12}
+                                                  : Tolerance{/*atol=*/1e-6, /*rtol=*/1e-5};
       EXPECT_TRUE(AllClose(pooled_w, expected_w.to(dtype), tol));
       EXPECT_TRUE(AllClose(pooled_b, expected_b.to(dtype), tol));
     }

@@ -18,7 +18,7 @@ namespace {
 
 using torch::autograd::variable_list;
 
-constexpr Tolerance kFloat64GradTolerance{1e-9, 1e-10};
+constexpr Tolerance kFloat64GradTolerance{/*atol=*/1e-10, /*rtol=*/1e-9};
 
 at::Tensor leaf(std::vector<int64_t> shape, double offset = 0.0) {
   return (at::randn(shape, at::kDouble) + offset).requires_grad_(true);

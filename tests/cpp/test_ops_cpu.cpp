@@ -115,7 +115,8 @@ struct BatchNormState {
 
 ::testing::AssertionResult SameStatistics(const BatchNormState& a, const BatchNormState& b,
                                           at::ScalarType dtype) {
-  const Tolerance tol = dtype == at::kDouble ? Tolerance{1e-10, 1e-12} : Tolerance{1e-4, 1e-6};
+  const Tolerance tol = dtype == at::kDouble ? Tolerance{/*atol=*/1e-12, /*rtol=*/1e-10}
+                                                  : Tolerance{/*atol=*/1e-6, /*rtol=*/1e-4};
   auto mean = AllClose(a.running_mean, b.running_mean, tol);
   if (!mean) return mean << " (running_mean)";
   auto var = AllClose(a.running_var, b.running_var, tol);

@@ -73,7 +73,8 @@ TEST_P(OpsCuda, AllOperatorsAgainstCpuReference) {
                                            1e-5);
         EXPECT_TRUE(AllClose(cpu64(r39), e39, tol()));
         const Tolerance stats =
-            dtype() == at::kDouble ? Tolerance{1e-10, 1e-12} : Tolerance{1e-4, 1e-6};
+            dtype() == at::kDouble ? Tolerance{/*atol=*/1e-12, /*rtol=*/1e-10}
+                                    : Tolerance{/*atol=*/1e-6, /*rtol=*/1e-4};
         EXPECT_TRUE(AllClose(cpu64(mean), mean64, stats));
         EXPECT_TRUE(AllClose(cpu64(var), var64, stats));
         EXPECT_EQ(count.item<int64_t>(), count_cpu.item<int64_t>());
@@ -87,11 +88,13 @@ TEST_P(OpsCuda, FoldHelpersAgainstCpu) {
   const at::Tensor b = on_gpu(at::randn({1000}));
   auto [pw, pb] = fusedops::avgpool_fold_linear(w, b, 7);
   const at::Tensor expected_w = at::avg_pool1d(cpu64(w).t().unsqueeze(0), {7}).squeeze(0).t();
-  const Tolerance t = dtype() == at::kDouble ? Tolerance{1e-12, 1e-13} : Tolerance{1e-5, 1e-6};
+  const Tolerance t = dtype() == at::kDouble ? Tolerance{/*atol=*/1e-13, /*rtol=*/1e-12}
+                                               : Tolerance{/*atol=*/1e-6, /*rtol=*/1e-5};
   EXPECT_TRUE(AllClose(cpu64(pw), expected_w, t));
   EXPECT_TRUE(AllClose(cpu64(pb), at::avg_pool1d(cpu64(b).view({1, 1, -1}), {7}).view({-1}), t));
   auto [colsum, bsum] = fusedops::sum_fold_linear(w, b);
-  const Tolerance s = dtype() == at::kDouble ? Tolerance{1e-10, 1e-10} : Tolerance{1e-5, 1e-3};
+  const Tolerance s = dtype() == at::kDouble ? Tolerance{/*atol=*/1e-10, /*rtol=*/1e-10}
+                                               : Tolerance{/*atol=*/1e-3, /*rtol=*/1e-5};
   EXPECT_TRUE(AllClose(cpu64(colsum), cpu64(w).sum(0), s));
   EXPECT_TRUE(AllClose(cpu64(bsum), cpu64(b).sum(), s));
 }

@@ -10,8 +10,8 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 
 import fusedops
-from fusedops_testing import (FLOAT32_ATOL, FLOAT32_RTOL, FLOAT64_ATOL, FLOAT64_RTOL, KEYS,
-                              assert_same_state, make_input, make_pair)
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
+from fusedops_testing import KEYS, assert_same_state, make_input, make_pair
 
 ops = torch.ops.fusedops
 
@@ -34,9 +34,6 @@ MODEL_MODE_IDS = [f"{k}-{m}" for k, m in MODEL_MODES]
 # atol is relative to the largest gradient entry (gradients of a sum over the batch grow with it).
 GRAD_TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10),
             torch.float32: dict(rtol=1e-4, atol=1e-5)}
-# Outputs and BatchNorm statistics come from the fused forward: docs/MODELS.md's accuracy contract.
-FORWARD_TOL = {torch.float64: dict(rtol=FLOAT64_RTOL, atol=FLOAT64_ATOL),
-               torch.float32: dict(rtol=FLOAT32_RTOL, atol=FLOAT32_ATOL)}
 
 
 def uncached(op):
@@ -165,11 +162,13 @@ def check_grads_match_reference(key, mode, init_args, batch, dtype, device, dist
     out_ref, grads_ref, grad_out = forward_backward(ref, x)
     out_new, grads_new, _ = forward_backward(new, x, grad_out)
     if check_forward:
-        torch.testing.assert_close(out_new, out_ref, **FORWARD_TOL[dtype])
+        assert_within_tolerance(out_new, out_ref)
     scale = max(1.0, max(g.abs().max().item() for g in grads_ref.values() if g.numel()))
     assert_same_grads(grads_new, grads_ref, dtype, scale)
     if key == "39":  # one forward each: the statistics moved (train) or stayed (eval) alike
-        assert_same_state(new, ref, **FORWARD_TOL[dtype])
+        # BatchNorm statistics come from the fused forward: the contract's tolerance.
+        assert_same_state(new, ref, rtol=tolerance_for(dtype).rtol,
+                          atol=tolerance_for(dtype).atol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
@@ -320,7 +319,7 @@ def test_sgd_training_parity(key, dtype, device):
     ref.train()
     new.train()
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ref, new)]
-    tol = dict(rtol=1e-9, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    tol = dict(rtol=tolerance_for(dtype).rtol, atol=tolerance_for(dtype).atol)
     for step in range(5):
         x = make_input((SMALL_BATCH, SMALL_ARGS[key][0]), "randn", dtype=dtype, device=device)
         losses = []

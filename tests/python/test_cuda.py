@@ -10,6 +10,7 @@ import fusedops
 from fusedops_testing import (
     KEYS, assert_contract, assert_float32, assert_reduced, make_input, make_pair, max_abs,
     max_abs_err, run_trio)
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 
 pytestmark = pytest.mark.cuda
 
@@ -30,7 +31,7 @@ def test_cuda_against_cpu_float64_reference(key, batch, dtype):
     assert expected64_cpu.device.type == "cpu"
     assert out.device.type == "cuda"
     if dtype == torch.float64:
-        torch.testing.assert_close(out.cpu(), expected64_cpu, rtol=1e-9, atol=1e-10)
+        assert_within_tolerance(out.cpu(), expected64_cpu, tolerance_for(torch.float64))
     else:
         assert_float32(out.cpu(), expected.cpu(), expected64_cpu)
 
@@ -51,7 +52,7 @@ def test_39_training_kernel_tiers(batch, momentum):
         # few units): allclose(1e-4, 1e-4) to the float32 model's, and to the float64 one's.
         for name in ("running_mean", "running_var"):
             stat, stat32, stat64 = (getattr(m.bn, name) for m in (new, ref, ref64))
-            torch.testing.assert_close(stat, stat32, rtol=1e-4, atol=1e-4)
+            assert_within_tolerance(stat, stat32, tolerance_for(torch.float32))
             torch.testing.assert_close(stat.double(), stat64, rtol=1e-4, atol=1e-5)
         assert torch.equal(new.bn.num_batches_tracked, ref.bn.num_batches_tracked)
 

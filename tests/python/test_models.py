@@ -7,6 +7,7 @@ import torch
 import fusedops
 from fusedops_testing import (
     KEYS, assert_contract, assert_float32, in_features, make_input, make_pair, run_trio)
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 
 # Odd sizes: widths 1000 and 1023, pool kernels that do not divide the width (the last
 # out % k features are dropped), k = 1 and k = out, a negative scale (max turns into min of
@@ -230,7 +231,7 @@ def test_grad_mode_does_not_change_result(key, device):
                 expected = ref(x)
             assert out.shape == expected.shape and out.dtype == expected.dtype
             assert out.device == expected.device
-            torch.testing.assert_close(out.detach(), expected.detach(), rtol=1e-9, atol=1e-10)
+            assert_within_tolerance(out.detach(), expected.detach(), tolerance_for(torch.float64))
             outs.append(out.detach().clone())
             if key == "39" and train:
                 with torch.no_grad():

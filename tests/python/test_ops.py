@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import fusedops
 from fusedops_testing import UNIT_ROUNDOFF, make_input, make_pair, run_trio
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 
 ops = torch.ops.fusedops
 
@@ -183,7 +184,7 @@ def assert_same_nonfinite_pattern(out, expected):
     assert torch.equal(torch.isposinf(out), torch.isposinf(expected)), (out, expected)
     assert torch.equal(torch.isneginf(out), torch.isneginf(expected)), (out, expected)
     finite = torch.isfinite(expected)
-    torch.testing.assert_close(out[finite], expected[finite], rtol=1e-4, atol=1e-4)
+    assert_within_tolerance(out[finite], expected[finite], tolerance_for(torch.float32))
 
 
 @pytest.mark.parametrize("weights", ["default-init", "positive"])
@@ -250,7 +251,7 @@ def test_keyword_arguments(device):
     out = ops.matmul_avgpool_gelu_scale_max(x=x, weight=w, bias=b, pool_kernel_size=3,
                                             scale_factor=2.0)
     expected = (F.gelu(F.avg_pool1d(F.linear(x, w, b).unsqueeze(1), 3).squeeze(1)) * 2.0).max(1)
-    torch.testing.assert_close(out, expected.values, rtol=1e-9, atol=1e-10)
+    assert_within_tolerance(out, expected.values, tolerance_for(torch.float64))
 
 
 def _strided(t):
@@ -284,4 +285,4 @@ def test_noncontiguous_parameters(key, args, device):
         new.train(mode == "train")
         x = make_input((16, args[0]), "randn", dtype=torch.float64, device=device)
         out, expected, _, _ = run_trio(ref, new, x)
-        torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-10)
+        assert_within_tolerance(out, expected, tolerance_for(torch.float64))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 from fusedops_testing import KEYS, make_pair
 
 ops = torch.ops.fusedops
@@ -43,8 +44,7 @@ def x_for(key, device, batch=16, args=None, dtype=torch.float64, dist="randn"):
 
 
 def close(out, expected, dtype=torch.float64):
-    tol = dict(rtol=1e-9, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(out, expected, **tol)
+    assert_within_tolerance(out, expected, tolerance_for(dtype))
 
 
 # ---- inference mode ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fusedops_testing import KEYS, make_input, make_pair
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 
 SMALL_ARGS = {"98": (64, 96, 6, 2.0), "18": (64, 96), "39": (64, 96, (96,)), "62": (64, 96, 8)}
 LINEAR = {"98": "matmul", "18": "linear", "39": "gemm", "62": "fc"}
@@ -27,7 +28,7 @@ def pair(key, device):
 
 def assert_follows(ref, new, x):
     with torch.no_grad():
-        torch.testing.assert_close(new(x), ref(x), rtol=1e-9, atol=1e-10)
+        assert_within_tolerance(new(x), ref(x), tolerance_for(torch.float64))
 
 
 def x_for(key, device, batch=16):
@@ -100,7 +101,7 @@ def test_to_dtype_is_followed(key, device):
     ref.float()
     new.float()
     with torch.no_grad():
-        torch.testing.assert_close(new(x.float()), ref(x.float()), rtol=1e-4, atol=1e-4)
+        assert_within_tolerance(new(x.float()), ref(x.float()), tolerance_for(torch.float32))
     ref.double()
     new.double()
     assert_follows(ref, new, x)
@@ -176,7 +177,7 @@ def test_in_place_change_refolds(key, device):
         after_change = misses()
         new(x)
         after_steady = misses()
-        torch.testing.assert_close(out, ref(x), rtol=1e-9, atol=1e-10)
+        assert_within_tolerance(out, ref(x), tolerance_for(torch.float64))
     assert after_change > start, "an in-place weight change did not refold"
     assert after_steady == after_change
 
