@@ -3,13 +3,15 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="tests sanitizer deploy serving bench"   leave steps out
+#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench"   leave steps out
+#     ("build" reuses the build directory of an earlier call on the same machine)
+#   FUSEDOPS_GPU_BUILD_DIR   the build directory (default build-gpu/)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"; mkdir -p "$OUT"
 export FUSEDOPS_SKIP_APT=1                      # the GPU machine has no registry access
 export FUSEDOPS_PYTHON="${FUSEDOPS_PYTHON:-python3}"  # its preinstalled torch 2.11.0+cu130
-export FUSEDOPS_CMAKE_ARGS="-DFUSEDOPS_CUDA_ARCHITECTURES=90 ${FUSEDOPS_CMAKE_ARGS:-}"
+export FUSEDOPS_CMAKE_ARGS="-DFUSEDOPS_CUDA_ARCHITECTURES=90a ${FUSEDOPS_CMAKE_ARGS:-}"
 # The GPU machine sets CC/CXX/CUDAHOSTCXX to a toolchain in /opt/gcc whose library folder holds
 # only a static libstdc++: linked into libfusedops, that second copy of the C++ runtime crashed
 # every TORCH_CHECK message that formats an integer (SIGSEGV in num_put, inside torch's
@@ -20,7 +22,7 @@ if [[ -x /usr/bin/g++ ]]; then
   FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++"
 fi
 # The GPU machine reaches no registry: what it lacks travels in the git-ignored folders .whl/
-# (Python wheels: nvidia-cutlass for the sm_90 GEMM, tritonclient + protobuf for the app's
+# (Python wheels: nvidia-cutlass for the sm_90a GEMM, tritonclient + protobuf for the app's
 # config schema) and .carry/debs/ (Debian packages: libzip, libssl). Each is unpacked into
 # .carry/deps/ only when the machine does not have it already.
 deps="$ROOT/.carry/deps"
@@ -49,7 +51,7 @@ if [[ -d $deps/root ]]; then
   export CMAKE_PREFIX_PATH="$deps/root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export LD_LIBRARY_PATH="$deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-export FUSEDOPS_BUILD_DIR="$ROOT/build-gpu"
+export FUSEDOPS_BUILD_DIR="${FUSEDOPS_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 export FUSEDOPS_LIBRARY="$FUSEDOPS_BUILD_DIR/libfusedops.so"
 export PYTHONPATH="$ROOT/models${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -65,16 +67,18 @@ step() {  # step NAME LOG command...
   tail -n 5 "$OUT/$log" >&2
 }
 
+skip() { [[ " ${FUSEDOPS_GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
-rm -rf "$FUSEDOPS_BUILD_DIR"  # a clean build every time: the numbers below belong to this tree
-step build build.log "$ROOT/scripts/build.sh" "$FUSEDOPS_BUILD_DIR"
+if ! skip build; then
+  rm -rf "$FUSEDOPS_BUILD_DIR"  # a clean build every time: the numbers below belong to this tree
+  step build build.log "$ROOT/scripts/build.sh" "$FUSEDOPS_BUILD_DIR"
+fi
 if ! objdump -p "$FUSEDOPS_LIBRARY" | grep -q "NEEDED.*libstdc++"; then
   echo "libfusedops does not link the shared libstdc++ (static C++ runtime): see above" >&2
   status[build]=1
 fi
 # pytest-xdist, where installed (it is on the GPU machine), spreads the suite over 16 workers.
 xdist=(); "$FUSEDOPS_PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 16)
-skip() { [[ " ${FUSEDOPS_GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
 skip tests || step tests tests.log "$ROOT/scripts/test.sh" --junitxml="$OUT/pytest.xml" --durations=30 "${xdist[@]}"
 if ! skip deploy; then
   # The deployment path on the GPU: export the four models with CUDA at the SPEC sizes, then the

@@ -1,5 +1,5 @@
 // The weight-fold cache: tensors derived from weights (model 98's pooled Linear, model 18's
-// column sums, the 3xTF32 split of W), computed once and reused while the weights stay the same.
+// column sums, the 3xFP16 and 3xTF32 splits of W), computed once and reused while the weights stay the same.
 //
 // Why a cache: a fold reads all of W (268 MB at 8192 x 8192), which costs more than the fused
 // call itself, so it must not be redone per call. Why it is built this way: servers load one
@@ -63,7 +63,10 @@ namespace fusedops {
 enum class FoldKind : uint8_t {
   kAvgPoolLinear,  // model 98: k-row means of W and b (param: k)
   kSumLinear,      // model 18: column sums of W, sum of b
-  kSplit3xTf32,    // models 39/62 on CUDA: W's interleaved hi/lo split (param: the K-chunk)
+  kSplit3xTf32,    // CUDA float32 GEMM, exact fallback: W's interleaved TF32 hi/lo split
+                   // (param: the K-chunk)
+  kSplit3xFp16,    // CUDA float32 GEMM on Hopper: W's scaled fp16 lo/hi pair (one W's bytes)
+                   // and its scale (param: the padded K)
 };
 
 inline constexpr size_t kMaxFoldTensors = 2;

@@ -1,4 +1,8 @@
-// y = x W^T on cuBLAS, with a float32-accurate tensor-core path (3xTF32).
+// y = x W^T: the mode choice, and the cuBLAS paths (SGEMM, TF32, bf16, 3xTF32).
+//
+// On Hopper, large float32 GEMMs run the 3xFP16 engine (gemm/gemm_3xfp16.h): fp16 tensor-core
+// rate with in-register promotion, one W of fold memory. 3xTF32 below stays the float32-accurate
+// tensor-core path elsewhere (A100-class GPUs, builds without the sm_90a kernels).
 //
 // Why 3xTF32: an SGEMM runs on the CUDA cores at ~50 TFLOP/s; TF32 tensor cores run at
 // ~400 TFLOP/s but keep only 10 mantissa bits of each operand (relative error ~3e-4, which
@@ -30,6 +34,7 @@
 
 #include "common/fold_cache.h"
 #include "cuda/cuda_helpers.cuh"
+#include "cuda/gemm/gemm_3xfp16.h"
 
 namespace fusedops::cuda {
 namespace {
@@ -44,6 +49,11 @@ constexpr int64_t kDefaultChunk = 1024;
 // (docs/PERFORMANCE.md).
 constexpr int64_t kMin3xTf32M = 128;
 constexpr int64_t kMin3xTf32N = 2048;
+// The 3xFP16 engine pays two small passes over x and two GEMM launches: from 2^30 FLOP and 5
+// rows on (below that the skinny kernel or SGEMM run), it measured faster than SGEMM and 3xTF32
+// at every size of docs/PERFORMANCE.md, model 98's N = 512 included (split-K).
+constexpr int64_t kMin3xFp16M = 5;
+constexpr double kMin3xFp16Flop = 1073741824.0;
 
 int64_t chunk_size() {
   static const int64_t chunk = [] {
@@ -288,6 +298,7 @@ void linear_nt_3xtf32(const at::Tensor& x, const at::Tensor& weight, const at::T
 const char* to_string(Fp32GemmMode mode) {
   switch (mode) {
     case Fp32GemmMode::kIeee: return "ieee";
+    case Fp32GemmMode::k3xFp16: return "3xfp16";
     case Fp32GemmMode::k3xTf32: return "3xtf32";
     case Fp32GemmMode::kTf32: return "tf32";
     case Fp32GemmMode::kBf16: return "bf16";
@@ -303,6 +314,18 @@ Fp32GemmMode choose_fp32_gemm_mode(int64_t m, int64_t n, int64_t k) {
   if (const char* forced = std::getenv("FUSEDOPS_FP32_GEMM")) {
     if (std::strcmp(forced, "ieee") == 0) return Fp32GemmMode::kIeee;
     if (std::strcmp(forced, "3xtf32") == 0) return Fp32GemmMode::k3xTf32;
+    if (std::strcmp(forced, "3xfp16") == 0) {
+      TORCH_CHECK(gemm::can_run_3xfp16(m, n, k),
+                  "fusedops: FUSEDOPS_FP32_GEMM=3xfp16 needs an sm_90 GPU, a build with the sm_90a "
+                  "kernels and N a multiple of 4, got m=", m, ", n=", n, ", k=", k);
+      return Fp32GemmMode::k3xFp16;
+    }
+    TORCH_CHECK(std::strcmp(forced, "auto") == 0,
+                "fusedops: FUSEDOPS_FP32_GEMM must be auto, ieee, 3xtf32 or 3xfp16, got ", forced);
+  }
+  const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (m >= kMin3xFp16M && flop >= kMin3xFp16Flop && gemm::can_run_3xfp16(m, n, k)) {
+    return Fp32GemmMode::k3xFp16;
   }
   const bool large = m >= kMin3xTf32M && n >= kMin3xTf32N && k >= chunk_size();
   return large ? Fp32GemmMode::k3xTf32 : Fp32GemmMode::kIeee;
@@ -339,6 +362,16 @@ at::Tensor linear_nt(const at::Tensor& x_any, const at::Tensor& weight_any, bool
     return y;
   }
   switch (mode) {
+    case Fp32GemmMode::k3xFp16:
+      if (gemm::linear_nt_3xfp16(x, weight, weight_any, cache_folds, y)) break;
+      // The weight failed the engine's range check (inf/nan, or rows far below its largest):
+      // the exact path, plain float32 SGEMM, with IEEE inf/nan semantics.
+      {
+        MathModeGuard math(handle, CUBLAS_DEFAULT_MATH);
+        gemm_nt(handle, CUBLAS_COMPUTE_32F, weight.data_ptr(), k, x.data_ptr(), k, y.data_ptr(),
+                m, n, k, CUDA_R_32F, CUDA_R_32F, false);
+      }
+      break;
     case Fp32GemmMode::k3xTf32:
       linear_nt_3xtf32(x, weight, weight_any, cache_folds, y);
       break;

@@ -1,6 +1,7 @@
 """Runs every fusedops CUDA kernel once per dtype at small, odd sizes and checks the result
 against the reference model. Meant to run under compute-sanitizer (memcheck, racecheck):
 scripts/gpu_check.sh does that. Exits non-zero on any mismatch."""
+import os
 import sys
 
 import torch
@@ -38,6 +39,26 @@ def main():
                                          atol=tol, rtol=tol)
                 print(f"{key} {init_args} {dtype} batch {batch}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
+    # The 3xFP16 engine (Hopper): forced at a small size with split-K active (two output tiles),
+    # rows the range guard sends to the exact fixup (inf, a tiny row) and a zero row.
+    if torch.cuda.get_device_capability() == (9, 0):
+        os.environ["FUSEDOPS_FP32_GEMM"] = "3xfp16"
+        prob = PROBLEMS["39"]
+        for m, n, k in ((128, 256, 1024), (300, 260, 513)):
+            ref = prob.model(k, n, (n,)).cuda().eval()
+            new = prob.model_new(k, n, (n,)).cuda().eval()
+            new.load_state_dict(ref.state_dict())
+            x = torch.randn(m, k, device="cuda")
+            x[1, 3] = float("inf")
+            x[2] *= 2.0 ** -60
+            x[3] = 0.0
+            with torch.no_grad():
+                out_ref, out_new = ref(x), new(x)
+            torch.cuda.synchronize()
+            ok = torch.allclose(out_new, out_ref, atol=1e-4, rtol=1e-4, equal_nan=True)
+            print(f"39 eval 3xfp16 {m}x{n}x{k}: {'ok' if ok else 'MISMATCH'}")
+            failures += not ok
+        del os.environ["FUSEDOPS_FP32_GEMM"]
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")
     b = torch.randn(50, device="cuda")
