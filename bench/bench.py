@@ -90,7 +90,7 @@ def measure_ceilings():
     n = 1 << 28  # 1 GiB of float32
     a = torch.empty(n, device=dev)
     b = torch.empty_like(a)
-    ms = timed(lambda _: b.copy_(a), [None], reps=20)
+    ms = timed(lambda _: b.copy_(a), [a], reps=20)
     copy_tbs = 2 * a.numel() * 4 / (ms * 1e-3) / 1e12
     del a, b
     m = 8192
@@ -100,11 +100,11 @@ def measure_ceilings():
     saved = torch.backends.cuda.matmul.fp32_precision
     for name, prec in (("sgemm", "ieee"), ("tf32", "tf32")):
         torch.backends.cuda.matmul.fp32_precision = prec
-        ms = timed(lambda _: x @ y, [None], reps=10)
+        ms = timed(lambda _: x @ y, [x], reps=10)
         out[name + "_tflops"] = 2 * m**3 / (ms * 1e-3) / 1e12
     torch.backends.cuda.matmul.fp32_precision = saved
     xb, yb = x.bfloat16(), y.bfloat16()
-    ms = timed(lambda _: xb @ yb, [None], reps=10)
+    ms = timed(lambda _: xb @ yb, [xb], reps=10)
     out["bf16_tflops"] = 2 * m**3 / (ms * 1e-3) / 1e12
     out["copy_tbs"] = copy_tbs
     return out

@@ -33,10 +33,26 @@ def median_ms(fn, reps=20):
     return sorted(times)[len(times) // 2]
 
 
+def profile(model, x):
+    os.environ["FUSEDOPS_FP32_GEMM"] = "3xfp16"
+    with torch.no_grad():
+        model(x)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                model(x)
+            torch.cuda.synchronize()
+    os.environ.pop("FUSEDOPS_FP32_GEMM")
+    for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:8]:
+        print(f"    {e.device_time_total / 5:9.1f} us  {e.key[:90]}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", default="1024x8192x8192,16384x4096x4096,1024x512x8192")
     p.add_argument("--modes", default="3xfp16,3xtf32,ieee")
+    p.add_argument("--profile", action="store_true",
+                   help="also print the CUDA kernels of one 3xfp16 call per size (torch.profiler)")
     args = p.parse_args()
     torch.manual_seed(0)
     prob = PROBLEMS["39"]
@@ -59,6 +75,8 @@ def main():
                     line.append(f"{mode} err {err:.2e} {ms:.3f} ms")
                 os.environ.pop("FUSEDOPS_FP32_GEMM")
             print(" | ".join(line), flush=True)
+            if args.profile and dist == "rand":
+                profile(new, x)
         del ref, new, ref64
         torch.cuda.empty_cache()
 

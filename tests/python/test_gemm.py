@@ -11,6 +11,7 @@ import threading
 import pytest
 import torch
 
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 from fusedops_testing import assert_float32, make_input, make_pair, run_trio
 
 pytestmark = pytest.mark.cuda
@@ -100,10 +101,17 @@ def test_adversarial_rows(engine, kind, m, n, k):
     for i in (0, m // 2 + 1, m - 1):  # first, middle and last row (partial tiles, split ends)
         x[i] = adversarial_row(kind, k, "cuda")
     out, expected, expected64, _ = run_trio(ref, new, x)
-    # inf and nan land where the reference puts them; finite values meet the contract.
+    assert_matches_with_nonfinite(out, expected, expected64)
+
+
+def assert_matches_with_nonfinite(out, expected, expected64):
+    """inf and nan land where the reference puts them (the same infinities); rows the reference
+    computes finite meet the whole float32 contract (its error ratio needs finite rows)."""
     assert torch.equal(torch.isnan(out), torch.isnan(expected))
-    assert torch.equal(torch.isinf(out), torch.isinf(expected))
-    assert_float32(out, expected, expected64)
+    assert_within_tolerance(out, expected, tolerance_for(torch.float32), expected64)
+    finite = torch.isfinite(expected).all(dim=1)
+    assert finite.any()
+    assert_float32(out[finite], expected[finite], expected64[finite])
 
 
 @requires_hopper
@@ -122,8 +130,11 @@ def test_weight_refused_runs_exact_path(engine, kind):
                 model.gemm.weight[11] *= 2.0 ** -60
     x = make_input((256, 1024), "randn", device="cuda")
     out, expected, expected64, _ = run_trio(ref, new, x)
-    assert torch.equal(torch.isnan(out), torch.isnan(expected))
-    assert_float32(out, expected, expected64)
+    if kind == "tiny_row":
+        assert_float32(out, expected, expected64)
+    else:  # an inf or nan in W reaches every row: compare element by element
+        assert torch.equal(torch.isnan(out), torch.isnan(expected))
+        assert_within_tolerance(out, expected, tolerance_for(torch.float32), expected64)
     assert torch.ops.fusedops.fold_cache_stats()["bytes"] == 0
 
 

@@ -29,6 +29,13 @@ constexpr float kCrossWeight = 1.0f / 2048.0f;
 // scaled below 2^-11: its values would sit in fp16's subnormal range and lose bits. Such rows
 // of x are recomputed exactly (fixup_rows_kernel); such a W takes the exact path altogether.
 constexpr int kRowRangeBits = 26;
+// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly too. Why: the
+// split carries about 23 bits of each value (fp32 has 24), which is as good as float32 for
+// ordinary rows, but a row of a few huge values that cancel (measured: values 2^-40 .. 2^40,
+// the result 1000x below its terms) then misses the 1e-4 contract, where PyTorch's float32 does
+// not. torch.rand rows span at most 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30
+// about once in 40 tensors of 1024 rows.
+constexpr int kRowSpreadBits = 30;
 // K is padded to a multiple of 8 fp16 values: TMA needs 16-byte row strides, and the main-term
 // view starts kp values into each row of the weight's pair.
 constexpr int64_t kKAlign = 8;
@@ -45,7 +52,7 @@ __host__ __device__ inline int scale_shift(float max) {
 // The guard's per-call state, one int32 tensor: [0] x's largest finite row maximum (float bits;
 // non-negative floats order like their bits), [1] the number of listed rows, [2] alpha, [3]
 // beta (float bits), then the list of guarded rows (M), then each row's maximum (float bits,
-// -1 for a row holding inf or nan).
+// -1 for a row holding inf or nan), then each row's smallest nonzero magnitude (float bits).
 constexpr int kGuardMax = 0, kGuardCount = 1, kGuardAlpha = 2, kGuardBeta = 3, kGuardHeader = 4;
 
 __device__ __forceinline__ float block_max(float v, float* scratch) {
@@ -66,16 +73,21 @@ __global__ void __launch_bounds__(kThreads)
 row_range_kernel(const float* __restrict__ x, int64_t rows, int64_t k, int* __restrict__ guard) {
   __shared__ float scratch[kThreads / kWarpSize];
   int* row_max = guard + kGuardHeader + rows;
+  int* row_min = guard + kGuardHeader + 2 * rows;
+  const float inf = __int_as_float(0x7f800000);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* src = x + row * k;
-    float m = 0.0f, bad = 0.0f;
+    float m = 0.0f, bad = 0.0f, least = inf;
     for (int64_t c = threadIdx.x; c < k; c += kThreads) {
       const float a = fabsf(src[c]);
       if (isfinite(a)) m = fmaxf(m, a); else bad = 1.0f;
+      if (a > 0.0f) least = fminf(least, a);
     }
     m = block_max(m, scratch);
     bad = block_max(bad, scratch);
+    least = -block_max(-least, scratch);
     if (threadIdx.x == 0) {
+      row_min[row] = __float_as_int(least);
       row_max[row] = bad != 0.0f ? -1 : __float_as_int(m);
       if (bad == 0.0f) atomicMax(guard + kGuardMax, __float_as_int(m));
     }
@@ -138,7 +150,9 @@ split_kernel(const float* __restrict__ src, __half* __restrict__ dst, int64_t ro
       if (threadIdx.x == 0) {
         const int bits = guard[kGuardHeader + rows + row];
         const float m = __int_as_float(bits);
-        zero_row = !scale_ok || bits < 0 || (m > 0.0f && m < limit);
+        const float least = __int_as_float(guard[kGuardHeader + 2 * rows + row]);
+        zero_row = !scale_ok || bits < 0 || (m > 0.0f && m < limit) ||
+                   (m > 0.0f && least < ldexpf(m, -kRowSpreadBits));
         if (zero_row) guard[kGuardHeader + atomicAdd(guard + kGuardCount, 1)] = static_cast<int>(row);
       }
       __syncthreads();
@@ -218,10 +232,11 @@ FoldTensors prepare_weight_3xfp16(const at::Tensor& weight) {
   return {pair, shift_tensor};
 }
 
-// Split-K factor: enough K-slices that the output tiles fill the SMs (model 98: 32 tiles).
-int choose_splits(int64_t m, int64_t n, int64_t k) {
+// Split-K factor: enough K-slices that the output tiles fill the SMs (model 98: 32 tiles of
+// the promoted GEMM, 16 of the cross GEMM).
+int choose_splits(int64_t m, int64_t n, int64_t k, int64_t tile_n) {
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t tiles = ceil_div(m, kTileM) * ceil_div(n, kTileN);
+  const int64_t tiles = ceil_div(m, kTileM) * ceil_div(n, tile_n);
   if (2 * tiles >= sms) return 1;
   const int64_t k_steps = ceil_div(k, kTileK);
   // Each slice keeps at least 8 K steps, so the pipeline fills before the slice ends.
@@ -247,7 +262,7 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
   const at::Tensor& w_pair = prepared[0];
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
-  at::Tensor guard = at::zeros({kGuardHeader + 2 * m}, x.options().dtype(at::kInt));
+  at::Tensor guard = at::zeros({kGuardHeader + 3 * m}, x.options().dtype(at::kInt));
   int* g = guard.data_ptr<int>();
   row_range_kernel<<<grid_rows(m), kThreads, 0, stream>>>(x.data_ptr<float>(), m, k, g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -257,11 +272,10 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
       /*lo_first=*/false, 0, g, prepared[1].data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  const int splits = choose_splits(m, n, kp);
   const Fp16GemmShape cross{static_cast<int>(m), static_cast<int>(n), static_cast<int>(2 * kp),
-                            2 * kp, 2 * kp, splits};
+                            2 * kp, 2 * kp, choose_splits(m, n, 2 * kp, kCrossTileN)};
   const Fp16GemmShape main{static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp),
-                           2 * kp, 2 * kp, splits};
+                           2 * kp, 2 * kp, choose_splits(m, n, kp, kPromotedTileN)};
   const size_t workspace_bytes =
       std::max(cross_gemm_workspace(cross), promoted_gemm_workspace(main));
   at::Tensor workspace = at::empty({static_cast<int64_t>(std::max<size_t>(workspace_bytes, 1))},

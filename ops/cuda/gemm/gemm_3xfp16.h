@@ -14,10 +14,11 @@
 //                       (FoldKind::kSplit3xFp16; the fp16 pair is one W's bytes), with W's range
 //                       check done once there.
 //   activation split    per call, on the GPU (scale from x's max, read on the GPU: no host sync).
-//   range guard         rows of x the split cannot carry at float32 accuracy (inf/nan, or a row
+//   range guard         rows of x the split cannot carry at float32 accuracy (inf/nan; a row
 //                       whose largest value sits more than 2^26 below x's largest, so that its
-//                       scaled values fall into fp16's subnormals) are listed on the GPU and
-//                       recomputed afterwards by an exact float32 kernel (fixup_rows). A weight
+//                       scaled values fall into fp16's subnormals; a row whose nonzero values
+//                       span more than 2^30) are listed on the GPU and recomputed afterwards by
+//                       an exact float32 kernel (fixup_rows). A weight
 //                       that fails the same check (found once, when its fold is made) sends the
 //                       whole GEMM to the exact cuBLAS path instead (linear_gemm.cu).
 #pragma once

@@ -1,10 +1,12 @@
 // The 3xFP16 engine's two GEMM kernels, assembled from CUTLASS's SM90 collectives (no ATen in
 // this file: CUTLASS's and ATen's half types and macros stay apart).
 //
-// Tile 128 x 128 x 64, cooperative (two consumer warp groups of 64 x 128 each): the promoted
-// mainloop holds two accumulators per thread (the tensor cores' partial and the float32 sum),
-// 2 x 64 registers at this tile; a 128 x 256 tile would need 256 and spill. K step 64 = four
-// m64n128k16 wgmmas, so promotion every K step is CUTLASS's promotion interval 4.
+// Promoted GEMM: tile 128 x 128 x 64, cooperative (two consumer warp groups of 64 x 128 each):
+// the promoted mainloop holds two accumulators per thread (the tensor cores' partial and the
+// float32 sum), 2 x 64 registers at this tile; a 128 x 256 tile would need 256 and spill. K step
+// 64 = four m64n128k16 wgmmas, so promotion every K step is CUTLASS's promotion interval 4.
+// Cross GEMM: one accumulator set, so the wider 128 x 256 tile (128 registers a thread), which
+// halves the shared-memory traffic per FLOP of the 128-wide one: it carries 2/3 of the work.
 // Cluster 2 x 1: the two CTAs of a cluster share the B (weight) tile through TMA multicast.
 // Stream-K scheduler in split-K mode: model 98's N = 512 gives 32 output tiles for 132 SMs;
 // splitting K fills the GPU, and the scheduler's float32 reduction in the workspace is a plain
@@ -38,20 +40,21 @@ using LayoutB = cutlass::layout::ColumnMajor;  // W: (N, K), K contiguous = B (K
 using LayoutD = cutlass::layout::RowMajor;
 constexpr int kAlignIn = 8;   // 16 bytes of fp16: TMA's address and stride granule
 constexpr int kAlignOut = 4;  // 16 bytes of float32
-using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
+using PromotedTile = Shape<Int<kTileM>, Int<kPromotedTileN>, Int<kTileK>>;
+using CrossTile = Shape<Int<kTileM>, Int<kCrossTileN>, Int<kTileK>>;
 using ClusterShape = Shape<_2, _1, _1>;
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 
 // ElementC void: no source operand (the cross GEMM writes d = acc).
-template <class ElementC>
+template <class TileShape, class ElementC>
 using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlignOut,
     float, LayoutD, kAlignOut, EpilogueSchedule,
     cutlass::epilogue::fusion::LinearCombination<float, float, ElementC, float>>::CollectiveOp;
 
-template <class Epi>
+template <class TileShape, class Epi>
 using PlainMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Fp16, LayoutA, kAlignIn, Fp16, LayoutB,
     kAlignIn, float, TileShape, ClusterShape,
@@ -67,21 +70,22 @@ template <class Plain>
 using PromotedMainloop = cutlass::gemm::collective::CollectiveMma<
     cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8<Plain::DispatchPolicy::Stages,
                                                          ClusterShape, KernelSchedule>,
-    TileShape, Fp16, typename Plain::StrideA, Fp16, typename Plain::StrideB,
+    PromotedTile, Fp16, typename Plain::StrideA, Fp16, typename Plain::StrideB,
     typename Plain::TiledMma, typename Plain::GmemTiledCopyA, typename Plain::SmemLayoutAtomA,
     typename Plain::SmemCopyAtomA, typename Plain::TransformA, typename Plain::GmemTiledCopyB,
     typename Plain::SmemLayoutAtomB, typename Plain::SmemCopyAtomB, typename Plain::TransformB>;
 
 using ProblemShape = Shape<int, int, int, int>;
 
-using CrossEpilogue = Epilogue<void>;
+using CrossEpilogue = Epilogue<CrossTile, void>;
 using CrossKernel = cutlass::gemm::kernel::GemmUniversal<
-    ProblemShape, PlainMainloop<CrossEpilogue>, CrossEpilogue, cutlass::gemm::StreamKScheduler>;
+    ProblemShape, PlainMainloop<CrossTile, CrossEpilogue>, CrossEpilogue,
+    cutlass::gemm::StreamKScheduler>;
 using CrossGemm = cutlass::gemm::device::GemmUniversalAdapter<CrossKernel>;
 
-using PromotedEpilogue = Epilogue<float>;
+using PromotedEpilogue = Epilogue<PromotedTile, float>;
 using PromotedKernel = cutlass::gemm::kernel::GemmUniversal<
-    ProblemShape, PromotedMainloop<PlainMainloop<PromotedEpilogue>>, PromotedEpilogue,
+    ProblemShape, PromotedMainloop<PlainMainloop<PromotedTile, PromotedEpilogue>>, PromotedEpilogue,
     cutlass::gemm::StreamKScheduler>;
 using PromotedGemm = cutlass::gemm::device::GemmUniversalAdapter<PromotedKernel>;
 

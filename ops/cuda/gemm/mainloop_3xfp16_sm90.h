@@ -18,10 +18,12 @@ struct Fp16GemmShape {
   int splits;  // split-K factor (1: data-parallel tiles); see choose_splits in gemm_3xfp16.cu
 };
 
-// The output tile both mainloops use (why: see mainloop_3xfp16_sm90.cu).
+// Output tiles (why: see mainloop_3xfp16_sm90.cu): the promoted GEMM's, and the cross GEMM's,
+// twice as wide (it keeps one accumulator set, so a 128 x 256 tile fits the registers).
 inline constexpr int kTileM = 128;
-inline constexpr int kTileN = 128;
 inline constexpr int kTileK = 64;
+inline constexpr int kPromotedTileN = 128;
+inline constexpr int kCrossTileN = 256;
 
 // d = a . b^T, plain fp16 products with the tensor cores' float32 accumulation over all of K.
 // For the 3xFP16 cross terms, which sit 2^-11 below the main term: their accumulation error
