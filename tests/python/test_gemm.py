@@ -88,7 +88,8 @@ def adversarial_row(kind, k, device):
 
 
 KINDS = ["span", "denormal", "tiny", "inf", "-inf", "nan", "zeros", "huge"]
-# (128, 256, 4096): two output tiles, split-K 8; (1024, 2048, 264): data-parallel tiles.
+# (128, 256, 4096): one or two output tiles, split-K slices summed by combine_slices_kernel;
+# (1024, 2048, 264): data-parallel tiles, the combination in the promoted GEMM's epilogue.
 GUARD_SIZES = [(128, 256, 4096), (1024, 2048, 264)]
 
 

@@ -1,5 +1,6 @@
 // The 3xFP16 engine's composition: weight preparation (a cached fold), activation split with
-// its range guard, the two GEMMs (mainloop_3xfp16_sm90.cu), and the exact fixup of guarded rows.
+// its range guard, the two GEMMs (mainloop_3xfp16_sm90.h) or their split-K slices and their sum,
+// and the exact fixup of guarded rows.
 // The algebra and the guard are described in gemm_3xfp16.h.
 #include "cuda/gemm/gemm_3xfp16.h"
 
@@ -36,9 +37,10 @@ constexpr int kRowRangeBits = 26;
 // not. torch.rand rows span at most 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30
 // about once in 40 tensors of 1024 rows.
 constexpr int kRowSpreadBits = 30;
-// K is padded to a multiple of 8 fp16 values: TMA needs 16-byte row strides, and the main-term
-// view starts kp values into each row of the weight's pair.
-constexpr int64_t kKAlign = 8;
+// K is padded to a whole number of 64-wide K steps (zeros): TMA needs 16-byte row strides, the
+// main-term view starts kp values into each row of the weight's pair, and split-K slices are
+// whole K steps.
+constexpr int64_t kKAlign = kTileK;
 
 constexpr int kThreads = 256;
 
@@ -75,13 +77,22 @@ row_range_kernel(const float* __restrict__ x, int64_t rows, int64_t k, int* __re
   int* row_max = guard + kGuardHeader + rows;
   int* row_min = guard + kGuardHeader + 2 * rows;
   const float inf = __int_as_float(0x7f800000);
+  const bool vector = k % 4 == 0 && is_16_byte_aligned(x);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* src = x + row * k;
     float m = 0.0f, bad = 0.0f, least = inf;
-    for (int64_t c = threadIdx.x; c < k; c += kThreads) {
-      const float a = fabsf(src[c]);
+    auto take = [&](float v) {
+      const float a = fabsf(v);
       if (isfinite(a)) m = fmaxf(m, a); else bad = 1.0f;
       if (a > 0.0f) least = fminf(least, a);
+    };
+    if (vector) {  // 16-byte loads: this pass is bound by reading x
+      for (int64_t c = 4 * static_cast<int64_t>(threadIdx.x); c < k; c += 4 * kThreads) {
+        const float4 q = *reinterpret_cast<const float4*>(src + c);
+        take(q.x); take(q.y); take(q.z); take(q.w);
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < k; c += kThreads) take(src[c]);
     }
     m = block_max(m, scratch);
     bad = block_max(bad, scratch);
@@ -172,9 +183,11 @@ split_kernel(const float* __restrict__ src, __half* __restrict__ dst, int64_t ro
   }
 }
 
-// The exact path for the rows the guard listed: y[r, j] = sum_k x[r, k] W[j, k] in float32,
-// one warp an output (IEEE semantics for inf and nan, as the reference's SGEMM). A persistent
-// grid: with no listed rows (the usual case) every block returns at once.
+// The exact path for the rows the guard listed: y[r, j] = sum_k x[r, k] W[j, k], summed in
+// float64 and rounded once (IEEE semantics for inf and nan, as the reference's SGEMM), one warp
+// an output. float64, not float32: a listed row can be one whose sum cancels heavily, where any
+// float32 order other than cuBLAS's lands a few 1e-4 off (measured on a row spanning 2^-40 ..
+// 2^40). A persistent grid: with no listed rows (the usual case) every block returns at once.
 __global__ void __launch_bounds__(kThreads)
 fixup_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                   int64_t n, int64_t k, const int* __restrict__ guard) {
@@ -188,11 +201,39 @@ fixup_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
     const float* xr = x + row * k;
     for (int64_t j = first; j < n; j += warps) {
       const float* wr = w + j * k;
-      float acc = 0.0f;
-      for (int64_t c = lane; c < k; c += kWarpSize) acc = fmaf(xr[c], wr[c], acc);
+      double acc = 0.0;
+      for (int64_t c = lane; c < k; c += kWarpSize) {
+        acc = fma(static_cast<double>(xr[c]), static_cast<double>(wr[c]), acc);
+      }
       acc = warp_sum(acc);
-      if (lane == 0) y[row * n + j] = acc;
+      if (lane == 0) y[row * n + j] = static_cast<float>(acc);
     }
+  }
+}
+
+// The sum of the split-K slices (in slice order: deterministic) and the combination
+// y = alpha * main + beta * cross, which the unsplit path does in the promoted GEMM's epilogue.
+// partials: cross_slices then main_slices arrays of `count` floats (count a multiple of 4).
+__global__ void __launch_bounds__(kThreads)
+combine_slices_kernel(const float* __restrict__ partials, int cross_slices, int main_slices,
+                      int64_t count, const int* __restrict__ guard, float* __restrict__ y) {
+  const float alpha = __int_as_float(guard[kGuardAlpha]);
+  const float beta = __int_as_float(guard[kGuardBeta]);
+  const float4* p = reinterpret_cast<const float4*>(partials);
+  const int64_t count4 = count / 4;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < count4;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float4 c = p[i], m = p[cross_slices * count4 + i];
+    for (int s = 1; s < cross_slices; ++s) {
+      const float4 v = p[s * count4 + i];
+      c.x += v.x; c.y += v.y; c.z += v.z; c.w += v.w;
+    }
+    for (int s = 1; s < main_slices; ++s) {
+      const float4 v = p[(cross_slices + s) * count4 + i];
+      m.x += v.x; m.y += v.y; m.z += v.z; m.w += v.w;
+    }
+    reinterpret_cast<float4*>(y)[i] = make_float4(fmaf(alpha, m.x, beta * c.x), fmaf(alpha, m.y, beta * c.y),
+                                                  fmaf(alpha, m.z, beta * c.z), fmaf(alpha, m.w, beta * c.w));
   }
 }
 
@@ -232,15 +273,19 @@ FoldTensors prepare_weight_3xfp16(const at::Tensor& weight) {
   return {pair, shift_tensor};
 }
 
-// Split-K factor: enough K-slices that the output tiles fill the SMs (model 98: 32 tiles of
-// the promoted GEMM, 16 of the cross GEMM).
-int choose_splits(int64_t m, int64_t n, int64_t k, int64_t tile_n) {
+// Split-K slices: enough that the output tiles fill the SMs (model 98: 32 tiles of the promoted
+// GEMM, 16 of the cross GEMM: 4 and 8 slices), each a whole number of K steps and at least 8
+// of them (the pipeline fills before a slice ends). 1: data-parallel tiles, no split.
+int choose_slices(int64_t m, int64_t n, int64_t k, int64_t tile_n) {
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t tiles = ceil_div(m, kTileM) * ceil_div(n, tile_n);
   if (2 * tiles >= sms) return 1;
-  const int64_t k_steps = ceil_div(k, kTileK);
-  // Each slice keeps at least 8 K steps, so the pipeline fills before the slice ends.
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms / tiles, k_steps / 8)));
+  const int64_t steps = k / kTileK;
+  int best = 1;
+  for (int64_t s = 2; s <= sms / tiles && steps / s >= 8; ++s) {
+    if (steps % s == 0) best = static_cast<int>(s);
+  }
+  return best;
 }
 
 }  // namespace
@@ -272,26 +317,35 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
       /*lo_first=*/false, 0, g, prepared[1].data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  const Fp16GemmShape cross{static_cast<int>(m), static_cast<int>(n), static_cast<int>(2 * kp),
-                            2 * kp, 2 * kp, choose_splits(m, n, 2 * kp, kCrossTileN)};
-  const Fp16GemmShape main{static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp),
-                           2 * kp, 2 * kp, choose_splits(m, n, kp, kPromotedTileN)};
-  const size_t workspace_bytes =
-      std::max(cross_gemm_workspace(cross), promoted_gemm_workspace(main));
-  at::Tensor workspace = at::empty({static_cast<int64_t>(std::max<size_t>(workspace_bytes, 1))},
-                                   x.options().dtype(at::kByte));
   const at::Half* xp = x_pair.data_ptr<at::Half>();
   const at::Half* wp = w_pair.data_ptr<at::Half>();
   float* out = y.data_ptr<float>();
+  const float* alpha = reinterpret_cast<const float*>(g + kGuardAlpha);
+  const float* beta = reinterpret_cast<const float*>(g + kGuardBeta);
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n);
+  const int cross_slices = choose_slices(m, n, 2 * kp, kCrossTileN);
+  const int main_slices = choose_slices(m, n, kp, kPromotedTileN);
   try {
-    // The cross terms land in y; the main GEMM's epilogue reads them back as its source
-    // (y = alpha * main + beta * cross, in place: each tile reads its source before writing).
-    cross_gemm_sm90(cross, xp, wp, out, workspace.data_ptr(), workspace_bytes, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const float* alpha = reinterpret_cast<const float*>(g + kGuardAlpha);
-    const float* beta = reinterpret_cast<const float*>(g + kGuardBeta);
-    promoted_gemm_sm90(main, xp, wp + kp, out, out, alpha, beta, workspace.data_ptr(),
-                       workspace_bytes, stream);
+    if (cross_slices == 1 && main_slices == 1) {
+      // The cross terms land in y; the main GEMM's epilogue reads them back as its source
+      // (y = alpha * main + beta * cross, in place: each tile reads its source before writing).
+      cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0}, xp, wp, out,
+                      stream);
+      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0}, xp, wp + kp,
+                         out, out, alpha, beta, stream);
+    } else {
+      at::Tensor partials =
+          at::empty({(cross_slices + main_slices) * m * n}, x.options().dtype(at::kFloat));
+      float* pc = partials.data_ptr<float>();
+      const int64_t cross_k = 2 * kp / cross_slices, main_k = kp / main_slices;
+      cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
+                       m * n}, xp, wp, pc, stream);
+      promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), main_slices, 2 * kp, 2 * kp,
+                                  main_k, m * n}, xp, wp + kp, pc + cross_slices * m * n, stream);
+      const int64_t blocks = std::min<int64_t>(ceil_div(m * n / 4, kThreads), 1024);
+      combine_slices_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          pc, cross_slices, main_slices, m * n, g, out);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   } catch (const std::runtime_error& e) {
     TORCH_CHECK(false, e.what(), " (m=", m, ", n=", n, ", k=", k, ")");

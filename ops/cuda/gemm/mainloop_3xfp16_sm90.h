@@ -1,9 +1,12 @@
-// The two tensor-core GEMMs of the 3xFP16 engine (gemm_3xfp16.cu composes them), built from
-// CUTLASS's SM90 pieces: TMA producer warp group, two wgmma consumer warp groups (cooperative),
-// an mbarrier pipeline, and a stream-K/split-K tile scheduler.
+// The 3xFP16 engine's tensor-core GEMMs (gemm_3xfp16.cu composes them), built from CUTLASS's
+// SM90 pieces: TMA producer warp group, two wgmma consumer warp groups (cooperative), an
+// mbarrier pipeline, a persistent tile scheduler. One kernel a file (sm90_*.cu), so that a
+// build compiles them in parallel; their common types are in sm90_gemm_types.cuh.
 //
-// Operands are fp16, K-contiguous rows: a (M, K) with leading dimension lda, b (N, K) with ldb;
-// d (M, N) float32, row-major, leading dimension N.
+// Operands are fp16 with K contiguous: a (M, K) with leading dimension lda, b (N, K) with ldb;
+// d (M, N) float32, row-major with leading dimension N. `batches` > 1 runs independent GEMMs
+// whose a and b start batch_stride_ab values apart (consecutive K-slices of one operand: the
+// engine's split-K) and whose outputs lie batch_stride_d floats apart.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,12 +17,13 @@ namespace fusedops::cuda::gemm {
 
 struct Fp16GemmShape {
   int m, n, k;
+  int batches;
   int64_t lda, ldb;
-  int splits;  // split-K factor (1: data-parallel tiles); see choose_splits in gemm_3xfp16.cu
+  int64_t batch_stride_ab, batch_stride_d;
 };
 
-// Output tiles (why: see mainloop_3xfp16_sm90.cu): the promoted GEMM's, and the cross GEMM's,
-// twice as wide (it keeps one accumulator set, so a 128 x 256 tile fits the registers).
+// Output tiles (why: sm90_gemm_types.cuh): the promoted GEMMs', and the cross GEMM's, twice as
+// wide (it keeps one accumulator set, so a 128 x 256 tile fits the registers).
 inline constexpr int kTileM = 128;
 inline constexpr int kTileK = 64;
 inline constexpr int kPromotedTileN = 128;
@@ -29,19 +33,19 @@ inline constexpr int kCrossTileN = 256;
 // For the 3xFP16 cross terms, which sit 2^-11 below the main term: their accumulation error
 // does not show.
 void cross_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
-                     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                     cudaStream_t stream);
 
-// d = alpha * (a . b^T) + beta * c, with alpha and beta read from device memory (the scales are
-// computed on the GPU: no host round trip). The product is "promoted": the tensor cores'
-// partial of every 64-wide K step is added into a float32 register accumulator, which keeps
-// the long sum as accurate as float32 arithmetic (issue 11: 9.7e-6 without, under 4e-7 with).
+// d = alpha * (a . b^T) + beta * c (batches == 1; c may be d), with alpha and beta read from
+// device memory (the scales are computed on the GPU: no host round trip). The product is
+// "promoted": the tensor cores' partial of every 64-wide K step is added into a float32
+// register accumulator, which keeps the long sum as accurate as float32 arithmetic (issue 11:
+// error 9.7e-6 at K = 8192 without, 2.5e-7 with).
 void promoted_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, const float* c,
-                        float* d, const float* alpha, const float* beta, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream);
+                        float* d, const float* alpha, const float* beta, cudaStream_t stream);
 
-// Device workspace the scheduler needs for a split-K reduction of this shape (bytes).
-size_t cross_gemm_workspace(const Fp16GemmShape& shape);
-size_t promoted_gemm_workspace(const Fp16GemmShape& shape);
+// d = a . b^T with the same promotion, no epilogue arithmetic: the split-K partials.
+void promoted_partial_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b,
+                                float* d, cudaStream_t stream);
 
 // Whether this build holds the sm_90a kernels (CUTLASS headers found, 90a in the arch list).
 bool sm90_kernels_built();

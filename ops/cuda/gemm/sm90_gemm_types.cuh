@@ -1,0 +1,136 @@
+// The CUTLASS SM90 types behind the 3xFP16 engine's kernels (mainloop_3xfp16_sm90.h), and the
+// launch helper they share. Included only by the sm90_*.cu files, and only with FUSEDOPS_SM90A
+// (no ATen here: CUTLASS's and ATen's half types and macros stay apart).
+//
+// Promoted GEMMs: tile 128 x 128 x 64, cooperative (two consumer warp groups of 64 x 128 each):
+// the promoted mainloop holds two accumulators per thread (the tensor cores' partial and the
+// float32 sum), 2 x 64 registers at this tile; a 128 x 256 tile would need 256 and spill. K step
+// 64 = four m64n128k16 wgmmas, so promotion every K step is CUTLASS's promotion interval 4.
+// Cross GEMM: one accumulator set, so the wider 128 x 256 tile (128 registers a thread), which
+// halves the shared-memory traffic per FLOP of the 128-wide one: it carries 2/3 of the work.
+// Cluster 2 x 1: the two CTAs of a cluster share the B (weight) tile through TMA multicast.
+// Split-K is done by the caller as batches of K-slices plus its own deterministic sum
+// (gemm_3xfp16.cu): CUTLASS's stream-K split-K reduces the slices of a tile one after another,
+// which measured 59 us for model 98's cross GEMM (17 GFLOP).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "cuda/gemm/mainloop_3xfp16_sm90.h"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+namespace fusedops::cuda::gemm::sm90 {
+
+using namespace cute;
+
+using Fp16 = cutlass::half_t;
+using LayoutA = cutlass::layout::RowMajor;     // x: (M, K), K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // W: (N, K), K contiguous = B (K, N) column-major
+using LayoutD = cutlass::layout::RowMajor;
+constexpr int kAlignIn = 8;   // 16 bytes of fp16: TMA's address and stride granule
+constexpr int kAlignOut = 4;  // 16 bytes of float32
+using PromotedTile = Shape<Int<kTileM>, Int<kPromotedTileN>, Int<kTileK>>;
+using CrossTile = Shape<Int<kTileM>, Int<kCrossTileN>, Int<kTileK>>;
+using ClusterShape = Shape<_2, _1, _1>;
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using ProblemShape = Shape<int, int, int, int>;
+
+// ElementC void: no source operand (d = acc).
+template <class TileShape, class ElementC>
+using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlignOut,
+    float, LayoutD, kAlignOut, EpilogueSchedule,
+    cutlass::epilogue::fusion::LinearCombination<float, float, ElementC, float>>::CollectiveOp;
+
+template <class TileShape, class Epi>
+using PlainMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Fp16, LayoutA, kAlignIn, Fp16, LayoutB,
+    kAlignIn, float, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+        sizeof(typename Epi::SharedStorage))>,
+    KernelSchedule>::CollectiveOp;
+
+// The same pieces (tiled MMA, TMA copies, shared-memory layouts, stage count) under CUTLASS's
+// promoting SM90 mainloop. That mainloop was written for FP8, whose tensor-core accumulation is
+// short, but nothing in it depends on the element type: it adds the wgmma accumulators into a
+// second float32 register set every `mma_promotion_interval` wgmmas.
+template <class Plain>
+using PromotedMainloop = cutlass::gemm::collective::CollectiveMma<
+    cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8<Plain::DispatchPolicy::Stages,
+                                                         ClusterShape, KernelSchedule>,
+    PromotedTile, Fp16, typename Plain::StrideA, Fp16, typename Plain::StrideB,
+    typename Plain::TiledMma, typename Plain::GmemTiledCopyA, typename Plain::SmemLayoutAtomA,
+    typename Plain::SmemCopyAtomA, typename Plain::TransformA, typename Plain::GmemTiledCopyB,
+    typename Plain::SmemLayoutAtomB, typename Plain::SmemCopyAtomB, typename Plain::TransformB>;
+
+template <class Mainloop, class Epi>
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
+    cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epi>>;
+
+// wgmma issues four k16 instructions per 64-wide K step: promote after each step.
+constexpr uint32_t kPromotionInterval = kTileK / 16;
+
+inline int sm_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the SM count");
+  }
+  return count;
+}
+
+template <class G>
+typename G::Arguments make_arguments(const Fp16GemmShape& s, const void* a, const void* b,
+                                     const float* c, float* d) {
+  using Kernel = typename G::GemmKernel;
+  typename Kernel::StrideA stride_a{s.lda, Int<1>{}, s.batch_stride_ab};
+  typename Kernel::StrideB stride_b{s.ldb, Int<1>{}, s.batch_stride_ab};
+  typename Kernel::StrideD stride_d{int64_t(s.n), Int<1>{}, s.batch_stride_d};
+  typename G::Arguments args{};
+  args.mode = s.batches > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
+                            : cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = ProblemShape{s.m, s.n, s.k, s.batches};
+  args.mainloop.ptr_A = static_cast<const Fp16*>(a);
+  args.mainloop.dA = stride_a;
+  args.mainloop.ptr_B = static_cast<const Fp16*>(b);
+  args.mainloop.dB = stride_b;
+  args.epilogue.ptr_C = c;
+  args.epilogue.dC = stride_d;
+  args.epilogue.ptr_D = d;
+  args.epilogue.dD = stride_d;
+  args.hw_info.sm_count = sm_count();
+  return args;
+}
+
+template <class G>
+void run(typename G::Arguments& args, cudaStream_t stream, const char* name) {
+  G gemm;
+  cutlass::Status status = gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess) {
+    throw std::runtime_error(std::string("fusedops ") + name + ": CUTLASS cannot run this shape: " +
+                             cutlassGetStatusString(status));
+  }
+  // The persistent data-parallel scheduler needs no workspace; a change of scheduler that does
+  // must allocate it here.
+  if (G::get_workspace_size(args) != 0) {
+    throw std::runtime_error(std::string("fusedops ") + name + ": unexpected workspace of " +
+                             std::to_string(G::get_workspace_size(args)) + " bytes");
+  }
+  status = gemm.run(args, nullptr, stream);
+  if (status != cutlass::Status::kSuccess) {
+    throw std::runtime_error(std::string("fusedops ") + name + ": launch failed: " +
+                             cutlassGetStatusString(status));
+  }
+}
+
+}  // namespace fusedops::cuda::gemm::sm90
