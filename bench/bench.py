@@ -112,9 +112,11 @@ def measure_ceilings():
 
 def floor_ms(key, init_args, batch, ceil):
     """The larger of bytes / copy bandwidth and FLOPs / the float32-accurate GEMM rate we can
-    reach (3xTF32 = TF32 rate / 3), for one float32 forward."""
+    reach, for one float32 forward: 3xFP16 (three 16-bit tensor-core products, measured as the
+    bf16 rate / 3; ops/cuda/gemm/) on Hopper, 3xTF32 (TF32 rate / 3) elsewhere."""
     bw = ceil["copy_tbs"] * 1e12
-    rate = ceil["tf32_tflops"] * 1e12 / 3
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    rate = (ceil["bf16_tflops"] if hopper else ceil["tf32_tflops"]) * 1e12 / 3
     k, n = init_args[0], init_args[1]
     if key == "18":   # x . colsum(W): read x once
         flops, nbytes = 2 * batch * k, 4 * (batch * k + k + batch)

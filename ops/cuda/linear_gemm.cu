@@ -49,10 +49,12 @@ constexpr int64_t kDefaultChunk = 1024;
 // (docs/PERFORMANCE.md).
 constexpr int64_t kMin3xTf32M = 128;
 constexpr int64_t kMin3xTf32N = 2048;
-// The 3xFP16 engine pays two small passes over x and two GEMM launches: from 2^30 FLOP and 5
-// rows on (below that the skinny kernel or SGEMM run), it measured faster than SGEMM and 3xTF32
-// at every size of docs/PERFORMANCE.md, model 98's N = 512 included (split-K).
-constexpr int64_t kMin3xFp16M = 5;
+// The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times (cross + main term)
+// and launches five kernels: it measured faster than SGEMM and 3xTF32 at batch 1024 for all
+// three models, model 98's N = 512 included (split-K; docs/PERFORMANCE.md). Few rows make the
+// GEMM a read of W, where SGEMM reads W once: below 128 rows (not measured with the engine
+// yet) or 2^30 FLOP the skinny kernel or SGEMM run, as before this engine.
+constexpr int64_t kMin3xFp16M = 128;
 constexpr double kMin3xFp16Flop = 1073741824.0;
 
 int64_t chunk_size() {
