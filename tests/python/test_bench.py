@@ -70,3 +70,21 @@ def test_unknown_model_is_a_usage_error():
     result = run_bench("--device", "cpu", "--models", "18,77")
     assert result.returncode == 2
     assert "--models: unknown 77; expected some of 98, 18, 39, 62" in result.stderr
+
+
+def test_inference_mode_bench_times_each_model_both_ways():
+    """bench/inference_mode.py (issue 10's criterion): each model built under inference mode,
+    as Triton builds it, checked against the normally built one, then both timed."""
+    env = dict(os.environ, FUSEDOPS_LIBRARY=fusedops.library_path,
+               PYTHONPATH=str(REPO_ROOT / "models"))
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / "inference_mode.py"), "--device", "cpu",
+         "--sizes", "small", "--batch", "8", "--reps", "3", "--models", "18,62"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()
+            if line.split() and line.split()[0] in ("18", "62")]
+    assert [row[0] for row in rows] == ["18", "62"], result.stdout
+    for row in rows:
+        normal, served, ratio = map(float, row[1:])
+        assert normal > 0 and served > 0 and abs(ratio - served / normal) < 0.01, row
