@@ -1,0 +1,42 @@
+// The `numerics` argument every model operator takes (docs/MODELS.md, "Numerics"):
+//   "accurate" (the default): intermediates stay in the accumulation dtype (float32 for
+//     float16/bfloat16 models) and only the result is rounded: closer to float64 than the
+//     reference run in half precision.
+//   "eager": every intermediate is rounded to the model's dtype where the reference's own ops
+//     write it (the Linear output, the scale product, the normalization output, the pooled
+//     values, GELU, ...), as Inductor's emulate_precision_casts does, so that a check against
+//     the reference run in float16/bfloat16 sees the reference's own roundings. For float32 and
+//     float64 models the two are the same computation.
+// Parsed once here; every backend (CPU, CUDA, Meta, Autograd, Autocast) calls parse_numerics.
+#pragma once
+
+#include <c10/macros/Macros.h>
+#include <c10/util/string_view.h>
+
+namespace fusedops {
+
+enum class Numerics { kAccurate, kEager };
+
+// "accurate" -> kAccurate, "eager" -> kEager; anything else throws
+// "<op>: numerics must be \"accurate\" or \"eager\", got \"<value>\"".
+Numerics parse_numerics(const char* op, c10::string_view numerics);
+
+const char* to_string(Numerics numerics);
+
+// Whether a kernel for a model of dtype `model_dtype_is_reduced` (float16/bfloat16: narrower
+// than its accumulation dtype) rounds its intermediates: only "eager" on a reduced dtype does;
+// for float32/float64 models the accumulation dtype is the model's dtype and there is nothing
+// to round.
+inline bool rounds_intermediates(Numerics numerics, bool model_dtype_is_reduced) {
+  return numerics == Numerics::kEager && model_dtype_is_reduced;
+}
+
+// One intermediate as the reference stores it: with `eager`, v rounded to the model's dtype
+// scalar_t (and widened back for the next step); otherwise v unchanged. CPU and CUDA kernels
+// share it, so both round at the same places.
+template <typename scalar_t, typename acc_t>
+C10_HOST_DEVICE inline acc_t stored_as(acc_t v, bool eager) {
+  return eager ? static_cast<acc_t>(static_cast<scalar_t>(v)) : v;
+}
+
+}  // namespace fusedops
