@@ -27,8 +27,8 @@ constexpr int64_t kColumnBlock = 64;
 
 // The GEMM output y (batch, features) with scale as strides of its (batch, features)
 // broadcast: a stride is 0 along a broadcast dimension. With `eager` ("eager" numerics on a
-// float16/bfloat16 model) the Linear output and the product are rounded to scalar_t, where the
-// reference's linear and `* scale` write them.
+// float16/bfloat16 model) y is the rounded Linear output (common/numerics.h) and the product is
+// rounded to scalar_t, where the reference's `* scale` writes it.
 template <typename scalar_t>
 struct ScaledLinear {
   using acc_t = at::opmath_type<scalar_t>;
@@ -40,9 +40,8 @@ struct ScaledLinear {
   bool eager;
 
   acc_t value(int64_t i, int64_t j) const {
-    return stored_as<scalar_t>(stored_as<scalar_t>(y[i * features + j], eager) *
-                                   scale[i * scale_row_stride + j * scale_column_stride],
-                               eager);
+    return stored_as<scalar_t>(
+        y[i * features + j] * scale[i * scale_row_stride + j * scale_column_stride], eager);
   }
 };
 
@@ -151,7 +150,8 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
 
   // y is a fresh (batch, features) buffer: training overwrites it with z, and when the output
   // dtype is the accumulation dtype the output is written over it too.
-  at::Tensor y = at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
+  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                       : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
   if (!y.is_contiguous()) y = y.contiguous();
   const at::Tensor scale_broadcast = scale.to(acc_dtype).expand({batch, features});
   at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, features}, x.options());

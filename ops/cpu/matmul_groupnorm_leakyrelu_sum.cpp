@@ -21,9 +21,10 @@ namespace {
 
 // For every row of y (batch, channels) and every group of group_size channels: mean and
 // biased variance (two passes, double), normalize, per-channel affine, leaky ReLU, doubled.
-// out may alias y: each element is read before it is written. With `eager` the Linear output,
-// the GroupNorm output and the LeakyReLU output are rounded to scalar_t, where the reference's
-// linear, group_norm and leaky_relu write them (the doubling v + v is exact).
+// out may alias y: each element is read before it is written. With `eager` the GroupNorm output
+// and the LeakyReLU output are rounded to scalar_t, where the reference's group_norm and
+// leaky_relu write them (the doubling v + v is exact; y is then already the rounded Linear
+// output, common/numerics.h).
 template <typename scalar_t>
 void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, int64_t channels,
                              int64_t num_groups, const at::opmath_type<scalar_t>* gamma,
@@ -39,12 +40,11 @@ void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, 
         const acc_t* y_group = y + i * channels + first;
         scalar_t* out_group = out + i * channels + first;
         double sum = 0.0;
-        auto linear = [&](int64_t c) { return stored_as<scalar_t>(y_group[c], eager); };
-        for (int64_t c = 0; c < group_size; ++c) sum += static_cast<double>(linear(c));
+        for (int64_t c = 0; c < group_size; ++c) sum += static_cast<double>(y_group[c]);
         const double mean = sum / static_cast<double>(group_size);
         double squared_deviation = 0.0;
         for (int64_t c = 0; c < group_size; ++c) {
-          const double deviation = static_cast<double>(linear(c)) - mean;
+          const double deviation = static_cast<double>(y_group[c]) - mean;
           squared_deviation += deviation * deviation;
         }
         const double variance = squared_deviation / static_cast<double>(group_size);
@@ -52,7 +52,7 @@ void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, 
         const acc_t inv_std = static_cast<acc_t>(1.0 / std::sqrt(variance + eps));
         for (int64_t c = 0; c < group_size; ++c) {
           const acc_t v = stored_as<scalar_t>(
-              (linear(c) - shift) * inv_std * gamma[first + c] + beta[first + c], eager);
+              (y_group[c] - shift) * inv_std * gamma[first + c] + beta[first + c], eager);
           // torch's leaky_relu: v > 0 ? v : v * slope (NaN takes the second branch and stays NaN).
           const acc_t leaky = stored_as<scalar_t>(v > acc_t(0) ? v : v * slope, eager);
           out_group[c] = static_cast<scalar_t>(leaky + leaky);
@@ -74,7 +74,8 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
 
-  at::Tensor y = at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
+  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                       : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
   if (!y.is_contiguous()) y = y.contiguous();
   // y is a fresh buffer: when the output dtype is the accumulation dtype, write over it.
   at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, channels}, x.options());

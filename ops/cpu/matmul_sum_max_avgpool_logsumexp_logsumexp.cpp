@@ -88,13 +88,13 @@ double dot_in_double(const scalar_t* x, const double* w, int64_t n) {
 
 // "eager" numerics on a float16/bfloat16 model: the reference rounds every Linear output y_j
 // to the model's dtype before its sum, and the fold (which never forms y_j) cannot repeat that,
-// so this runs the full GEMM (out/1 times the fold's work), rounds each y_j, and sums the
-// rounded values in double; the sum is rounded once, as torch.sum writes it. Non-finite values
-// need no second path: this is the reference's own order of operations.
-at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                            at::ScalarType acc_dtype) {
-  const at::Tensor y =
-      at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t()).contiguous();
+// so this runs the full GEMM (out_features times the fold's work) as the reference's Linear
+// writes it (common/numerics.h) and sums the rounded values in double; the sum is rounded
+// once, as torch.sum writes it. Non-finite values need no second path: this is the
+// reference's own order of operations.
+at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+  const at::Tensor y = linear_as_the_reference_writes_it(x, weight, bias);
   const int64_t batch = y.size(0), out_features = y.size(1);
   at::Tensor out = at::empty({batch, 1}, x.options());
   AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_linear_sum", [&] {
@@ -105,7 +105,7 @@ at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight, const
       for (int64_t i = begin; i < end; ++i) {
         double sum = 0.0;
         for (int64_t j = 0; j < out_features; ++j) {
-          sum += static_cast<double>(stored_as<scalar_t>(yp[i * out_features + j], true));
+          sum += static_cast<double>(yp[i * out_features + j]);
         }
         o[i] = static_cast<scalar_t>(sum);
       }
@@ -122,7 +122,7 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {
-    return eager_linear_sum(x, weight, bias, acc_dtype);
+    return eager_linear_sum(x, weight, bias);
   }
   // Folding reads all of W (out x in), the matvec only x: cached, a steady-state call skips it.
   // The fold stays in double so that float32 results carry no fold rounding.

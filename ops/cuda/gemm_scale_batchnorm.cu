@@ -43,23 +43,20 @@ __device__ __forceinline__ y_t scaled(const y_t* y, const scalar_t* bias, const 
          static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]);
 }
 
-// "eager" numerics on a float16/bfloat16 model, before the BatchNorm passes: y is overwritten
-// with z = stored(stored(y + b) * scale), the Linear output and the product rounded to scalar_t
-// where the reference's linear and `* scale` write them. The passes below then run on z with a
-// zero bias and a unit scale, so every BatchNorm path (resident, vec4, generic) sees the
-// reference's rounded z without a second copy of each. One more read and write of y: the
-// cost of eager on this model.
+// "eager" numerics on a float16/bfloat16 model, before the BatchNorm passes: y, the Linear
+// output as the reference writes it (bias included, common/numerics.h), is overwritten with
+// z = stored(y * scale), the product rounded to scalar_t where the reference's `* scale` writes
+// it. The passes below then run on z with a zero bias and a unit scale, so every BatchNorm path
+// (resident, vec4, generic) sees the reference's rounded z without a second copy of each.
 template <typename scalar_t>
-__global__ void eager_scaled_linear_kernel(float* __restrict__ y, const scalar_t* __restrict__ bias,
-                                           const scalar_t* __restrict__ scale, ScaleView sv,
-                                           int64_t batch, int64_t n) {
+__global__ void eager_scale_kernel(float* __restrict__ y, const scalar_t* __restrict__ scale,
+                                   ScaleView sv, int64_t batch, int64_t n) {
   const int64_t total = batch * n;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx / n, j = idx - (idx / n) * n;
-    const float linear = stored_as<scalar_t>(y[idx] + static_cast<float>(bias[j]), true);
     y[idx] = stored_as<scalar_t>(
-        linear * static_cast<float>(scale[i * sv.row_stride + j * sv.col_stride]), true);
+        y[idx] * static_cast<float>(scale[i * sv.row_stride + j * sv.col_stride]), true);
   }
 }
 
@@ -476,19 +473,21 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     }
     return out;
   }
-  const at::Tensor y = cuda::linear_nt(x, weight, cache_folds);
+  const bool eager = rounds_intermediates(
+      numerics_mode, x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                             : cuda::linear_nt(x, weight, cache_folds);
   at::Tensor bc = bias.contiguous();
   const at::Tensor gamma = bn_weight.contiguous();
   const at::Tensor beta = bn_bias.contiguous();
   at::Tensor scale_full = scale.expand({batch, n});
   ScaleView sv{scale_full.stride(0), scale_full.stride(1)};
-  if (rounds_intermediates(numerics_mode, y.scalar_type() != x.scalar_type())) {
-    AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_scaled_linear", [&] {
+  if (eager) {
+    AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_scale", [&] {
       const int threads = 256;
       const int64_t blocks = std::min<int64_t>(ceil_div(batch * n, threads), 65535LL * 8);
-      eager_scaled_linear_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
-          y.data_ptr<float>(), bc.data_ptr<scalar_t>(), scale_full.data_ptr<scalar_t>(), sv,
-          batch, n);
+      eager_scale_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
+          y.data_ptr<float>(), scale_full.data_ptr<scalar_t>(), sv, batch, n);
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     bc = at::zeros({n}, bias.options());

@@ -57,10 +57,7 @@ __global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
     const int64_t channel0 = valid ? (segment % groups) * group_size : 0;
     const int64_t len = valid ? group_size : 0;
 
-    // The Linear output as the reference stores it (rounded to scalar_t under eager).
-    auto linear = [&](int64_t c) {
-      return stored_as<scalar_t>(y[base + c] + static_cast<y_t>(bias[channel0 + c]), eager);
-    };
+    auto linear = [&](int64_t c) { return y[base + c] + static_cast<y_t>(bias[channel0 + c]); };
     y_t sum = 0;
     for (int64_t c = sub; c < len; c += lanes) sum += linear(c);
     const y_t mean = cuda::warp_sum(sum, lanes) / count;
@@ -109,10 +106,10 @@ __global__ void groupnorm_leakyrelu_sum_vec4_kernel(const float* __restrict__ y,
     float v[4] = {0.f, 0.f, 0.f, 0.f};
     if (active) {
       const float4 t = *reinterpret_cast<const float4*>(y + offset);
-      v[0] = stored_as<scalar_t>(t.x + static_cast<float>(bias[channel]), eager);
-      v[1] = stored_as<scalar_t>(t.y + static_cast<float>(bias[channel + 1]), eager);
-      v[2] = stored_as<scalar_t>(t.z + static_cast<float>(bias[channel + 2]), eager);
-      v[3] = stored_as<scalar_t>(t.w + static_cast<float>(bias[channel + 3]), eager);
+      v[0] = t.x + static_cast<float>(bias[channel]);
+      v[1] = t.y + static_cast<float>(bias[channel + 1]);
+      v[2] = t.z + static_cast<float>(bias[channel + 2]);
+      v[3] = t.w + static_cast<float>(bias[channel + 3]);
     }
     const float mean = cuda::warp_sum(v[0] + v[1] + v[2] + v[3], lanes) / count;
     float sq = 0.f;
@@ -146,11 +143,14 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   const int64_t batch = x.size(0), hidden = weight.size(0);
   at::Tensor out = at::empty({batch, hidden}, x.options());
   if (batch == 0 || hidden == 0) return out;
-  const at::Tensor y = cuda::linear_nt(x, weight, cache_folds);
-  // Under eager the Linear output, the GroupNorm output and the LeakyReLU output are rounded to
-  // the model's dtype where the reference writes them (the doubling v + v is exact).
-  const bool eager = rounds_intermediates(numerics_mode, y.scalar_type() != x.scalar_type());
-  const at::Tensor bc = bias.contiguous();
+  // Under eager (float16/bfloat16) y is the Linear output as the reference writes it, bias
+  // included (common/numerics.h), and the kernels round the GroupNorm and LeakyReLU outputs
+  // where the reference writes them (the doubling v + v is exact).
+  const bool eager = rounds_intermediates(
+      numerics_mode, x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                             : cuda::linear_nt(x, weight, cache_folds);
+  const at::Tensor bc = eager ? at::zeros(bias.sizes(), bias.options()) : bias.contiguous();
   const at::Tensor gamma = gn_weight.contiguous();
   const at::Tensor beta = gn_bias.contiguous();
   const int64_t group_size = hidden / num_groups;

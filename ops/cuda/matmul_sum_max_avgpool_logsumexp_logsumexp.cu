@@ -14,7 +14,6 @@
 #include "common/numerics.h"
 #include "common/fold_cache.h"
 #include "cuda/cuda_helpers.cuh"
-#include "cuda/linear_gemm.h"
 
 namespace fusedops {
 namespace {
@@ -144,18 +143,16 @@ __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
   if (threadIdx.x == 0) out[row] = static_cast<scalar_t>(total);
 }
 
-// "eager" numerics on a float16/bfloat16 model: out[i] = sum_j stored(y[i, j] + b[j]), each
-// Linear output rounded to scalar_t before the sum, as the reference's linear writes it; the
-// float32 sum is rounded once, as torch.sum writes it. One block per row.
+// "eager" numerics on a float16/bfloat16 model: out[i] = sum_j y[i, j], y the Linear output as
+// the reference writes it (each element rounded to scalar_t, common/numerics.h); the float32
+// sum is rounded once, as torch.sum writes it. One block per row.
 template <typename scalar_t>
-__global__ void eager_row_sum_kernel(const float* __restrict__ y, const scalar_t* __restrict__ bias,
-                                     scalar_t* __restrict__ out, int64_t n) {
+__global__ void eager_row_sum_kernel(const float* __restrict__ y, scalar_t* __restrict__ out,
+                                     int64_t n) {
   __shared__ float scratch[kRowThreads / cuda::kWarpSize];
   const float* yr = y + blockIdx.x * n;
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    sum += stored_as<scalar_t>(yr[j] + static_cast<float>(bias[j]), true);
-  }
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += yr[j];
   sum = cuda::block_sum(sum, scratch);
   if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>(sum);
 }
@@ -175,12 +172,12 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
   if (batch == 0) return out;
   if (rounds_intermediates(numerics_mode, x.scalar_type() != at::kFloat &&
                                               x.scalar_type() != at::kDouble)) {
-    // The fold never forms y[i, j], so eager runs the full GEMM: out/1 times the fold's FLOPs
-    // (its cost is in docs/PERFORMANCE.md).
-    const at::Tensor y = cuda::linear_nt(xc, wc, cache_folds);
+    // The fold never forms y[i, j], so eager runs the full GEMM: out_features times the
+    // fold's FLOPs (its cost is in docs/PERFORMANCE.md).
+    const at::Tensor y = linear_as_the_reference_writes_it(xc, wc, bc);
     AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_row_sum", [&] {
       eager_row_sum_kernel<scalar_t><<<batch, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-          y.data_ptr<float>(), bc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n);
+          y.data_ptr<float>(), out.data_ptr<scalar_t>(), n);
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;

@@ -69,10 +69,8 @@ def test_eager_matches_the_reference_in_its_dtype(key, init_args, batch, dtype, 
 def test_eager_is_accurate_for_float32_and_float64(key, dtype, device):
     """The model's dtype is its accumulation dtype: there is nothing to round, and both
     numerics run the same computation."""
-    init_args = fusedops.get_problem(key).init_args
     small = {"98": (96, 80, 8, 2.0), "18": (96, 80), "39": (96, 80, (80,)),
              "62": (96, 80, 10)}[key]
-    del init_args
     ref, accurate = make_pair(key, small, device=device, dtype=dtype)
     eager = copy.deepcopy(accurate)
     eager.numerics = "eager"
@@ -148,7 +146,7 @@ def test_constructor_argument_and_scripting(key):
     assert scripted.numerics == "eager"
     x = torch.rand(8, init_args[0], dtype=torch.bfloat16)
     with torch.no_grad():
-        assert torch.equal(scripted(x), copy.deepcopy(new)(x)) or key == "39"
+        assert torch.equal(scripted(x), copy.deepcopy(new)(x))
     scripted.numerics = "fast"
     with pytest.raises(Exception, match=r'numerics must be "accurate" or "eager", got "fast"'):
         scripted(x)
