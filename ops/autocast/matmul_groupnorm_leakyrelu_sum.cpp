@@ -1,11 +1,16 @@
 // Autocast for model 62. The reference under autocast: linear in the autocast dtype, then
-// group_norm. On CUDA group_norm is a float32 op of the policy: it widens the Linear output
-// and returns float32, and leaky_relu and the sum stay in float32. On CPU group_norm is on no
-// list: it takes the autocast-dtype input with the float32 affine parameters and returns the
-// input's dtype, as do leaky_relu and the sum. Here the operator runs in the autocast dtype
-// (the affine parameters cast with it) and its result is widened to float32 on CUDA: the
-// normalized values are rounded to the autocast dtype where the CUDA reference keeps them in
-// float32, one unit in their last place at most.
+// group_norm with the float32 affine parameters (autocast casts no parameter of it). On CUDA
+// group_norm is a float32 op of the policy: it widens the Linear output and returns float32,
+// and leaky_relu and the sum stay in float32. On CPU group_norm is on no list: it normalizes
+// the autocast-dtype input with the float32 parameters and returns the input's dtype, as do
+// leaky_relu and the sum.
+// The affine parameters must stay float32 (rounding gamma and beta to bfloat16 moved a
+// result by 12 units in its last place where gamma * x_hat and beta cancel), and the operator
+// takes one dtype, so it runs in float32 here on x, weight and bias rounded to the autocast
+// dtype as the policy casts them (the GEMM's products of those values are exact in float32);
+// the result goes to the reference's dtype. The rounding not repeated is the reference's of
+// the Linear output before group_norm (this result is the closer to float64); the GEMM runs
+// at float32 speed.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -27,11 +32,11 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autocast(const at::Tensor& x, const at
     return matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias, eps,
                                           negative_slope, cache_folds, numerics);
   }
+  auto rounded = [&](const at::Tensor& t) { return call.to_autocast_dtype(t).to(at::kFloat); };
   const at::Tensor out = matmul_groupnorm_leakyrelu_sum(
-      call.to_autocast_dtype(x), call.to_autocast_dtype(weight), call.to_autocast_dtype(bias),
-      num_groups, call.to_autocast_dtype(gn_weight), call.to_autocast_dtype(gn_bias), eps,
-      negative_slope, cache_folds, numerics);
-  return device_type == c10::DeviceType::CUDA ? out.to(at::kFloat) : out;
+      rounded(x), rounded(weight), rounded(bias), num_groups, gn_weight.to(at::kFloat),
+      gn_bias.to(at::kFloat), eps, negative_slope, cache_folds, numerics);
+  return device_type == c10::DeviceType::CUDA ? out : out.to(call.dtype());
 }
 
 }  // namespace
