@@ -60,8 +60,23 @@ TEST(Numerics, EagerMatchesTheReferenceChainInItsDtype) {
       const at::Tensor out = fusedops::gemm_scale_batchnorm(l.x, l.w, l.b, scale, gamma, beta,
                                                             mean, var, count, true, 0.1, 1e-5,
                                                             true, "eager");
-      const at::Tensor expected = reference39(l.x, l.w, l.b, scale, gamma, beta, ref_mean,
-                                              ref_var, ref_count, true, 0.1, 1e-5);
+      // ATen's CPU batch_norm for bfloat16 is itself farther than 1e-2 from the exact
+      // normalization of its input (tests/python/test_numerics.py has the measurement): there
+      // the chain keeps every rounding up to batch_norm's input and normalizes in float32.
+      const bool cpu_bfloat16 = device.is_cpu() && dtype == at::kBFloat16;
+      at::Tensor expected;
+      if (cpu_bfloat16) {
+        at::Tensor mean32 = ref_mean.to(at::kFloat), var32 = ref_var.to(at::kFloat);
+        const at::Tensor z = at::linear(l.x, l.w, l.b) * scale;
+        expected = at::batch_norm(z.to(at::kFloat), gamma.to(at::kFloat), beta.to(at::kFloat),
+                                  mean32, var32, true, 0.1, 1e-5, /*cudnn_enabled=*/false)
+                       .to(dtype);
+        ref_mean.copy_(mean32);
+        ref_var.copy_(var32);
+      } else {
+        expected = reference39(l.x, l.w, l.b, scale, gamma, beta, ref_mean, ref_var, ref_count,
+                               true, 0.1, 1e-5);
+      }
       EXPECT_TRUE(AllClose(out, expected, tol));
       EXPECT_TRUE(AllClose(mean, ref_mean, tol));
       EXPECT_TRUE(AllClose(var, ref_var, tol));
