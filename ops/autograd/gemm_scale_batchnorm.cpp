@@ -106,8 +106,8 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                          const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                          at::Tensor& running_mean, at::Tensor& running_var,
                                          at::Tensor& num_batches_tracked, bool training,
-                                         std::optional<double> momentum, double eps, bool cache_folds,
-                            c10::string_view numerics) {
+                                         std::optional<double> momentum, double eps,
+                                         bool cache_folds, c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias, scale, bn_weight, bn_bias})) {
     at::Tensor out;
     {

@@ -94,7 +94,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at:
                                                   const at::Tensor& bias,
                                                   int64_t pool_kernel_size,
                                                   double scale_factor, bool cache_folds,
-                            c10::string_view numerics) {
+                                                  c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,

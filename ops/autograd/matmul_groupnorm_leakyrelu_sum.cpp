@@ -34,7 +34,8 @@ class MatmulGroupnormLeakyreluSumFunction
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds, numerics);
+                                                    gn_bias, eps, negative_slope, cache_folds,
+                                                    numerics);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -71,17 +72,19 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
                                                    const at::Tensor& gn_weight,
                                                    const at::Tensor& gn_bias, double eps,
                                                    double negative_slope, bool cache_folds,
-                            c10::string_view numerics) {
+                                                   c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias, gn_weight, gn_bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds, numerics);
+                                                    gn_bias, eps, negative_slope, cache_folds,
+                                                    numerics);
   }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   return MatmulGroupnormLeakyreluSumFunction::apply(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds, numerics);
+                                                    gn_bias, eps, negative_slope, cache_folds,
+                                                    numerics);
 }
 
 }  // namespace

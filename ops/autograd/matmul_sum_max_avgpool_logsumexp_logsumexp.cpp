@@ -32,7 +32,8 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     ctx->save_for_backward({x, weight, bias});
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds, numerics);
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
+                                                                 numerics);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -77,15 +78,17 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor&
                                                                const at::Tensor& weight,
                                                                const at::Tensor& bias,
                                                                bool cache_folds,
-                            c10::string_view numerics) {
+                                                               c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds, numerics);
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
+                                                                 numerics);
   }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
-  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias, cache_folds, numerics);
+  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias, cache_folds,
+                                                              numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear_autograd(const at::Tensor& weight,

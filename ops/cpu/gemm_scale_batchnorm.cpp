@@ -139,7 +139,8 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
                                     const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                     at::Tensor& running_mean, at::Tensor& running_var,
                                     at::Tensor& num_batches_tracked, bool training,
-                                    std::optional<double> momentum, double eps, bool cache_folds, c10::string_view numerics) {
+                                    std::optional<double> momentum, double eps, bool cache_folds,
+                                    c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);
@@ -195,7 +196,8 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
         using acc_t = at::opmath_type<scalar_t>;
         const ScaledLinear<scalar_t> z{y.const_data_ptr<acc_t>(),
                                     scale_broadcast.const_data_ptr<acc_t>(),
-                                    scale_broadcast.stride(0), scale_broadcast.stride(1), features, eager};
+                                    scale_broadcast.stride(0), scale_broadcast.stride(1), features,
+                                    eager};
         batchnorm_eval<scalar_t>(
             z, batch, gamma.const_data_ptr<double>(), beta.const_data_ptr<double>(),
             mean_before.const_data_ptr<double>(), var_before.const_data_ptr<double>(), eps,

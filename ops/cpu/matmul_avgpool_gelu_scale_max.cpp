@@ -128,15 +128,16 @@ void unfolded_rows(const at::Tensor& x_acc, const at::Tensor& weight, const at::
         for (int64_t t = 0; t < k; ++t) window_sum += y_row[r * k + t];
         pooled[r] = window_sum / static_cast<acc_t>(k);
       }
-      out[rows[q]] =
-          static_cast<scalar_t>(scaled_gelu_max<scalar_t>(pooled.data(), pooled_width, scale, eager));
+      out[rows[q]] = static_cast<scalar_t>(
+          scaled_gelu_max<scalar_t>(pooled.data(), pooled_width, scale, eager));
     }
   });
 }
 
 at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias, int64_t pool_kernel_size,
-                                             double scale_factor, bool cache_folds, c10::string_view numerics) {
+                                             double scale_factor, bool cache_folds,
+                                             c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
@@ -170,7 +171,8 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
               needs_unfolded[i] = 1;
               continue;
             }
-            o[i] = static_cast<scalar_t>(scaled_gelu_max<scalar_t>(row, pooled_width, scale, eager));
+            o[i] =
+                static_cast<scalar_t>(scaled_gelu_max<scalar_t>(row, pooled_width, scale, eager));
           }
         });
         std::vector<int64_t> rows;

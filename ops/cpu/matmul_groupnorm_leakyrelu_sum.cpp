@@ -66,7 +66,8 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
                                               const at::Tensor& bias, int64_t num_groups,
                                               const at::Tensor& gn_weight,
                                               const at::Tensor& gn_bias, double eps,
-                                              double negative_slope, bool cache_folds, c10::string_view numerics) {
+                                              double negative_slope, bool cache_folds,
+                                              c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const int64_t batch = x.size(0);

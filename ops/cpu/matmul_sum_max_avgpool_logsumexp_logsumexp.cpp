@@ -117,8 +117,10 @@ at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight,
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
                                                           const at::Tensor& weight,
                                                           const at::Tensor& bias,
-                                                          bool cache_folds, c10::string_view numerics) {
-  const Numerics numerics_mode = parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
+                                                          bool cache_folds,
+                                                          c10::string_view numerics) {
+  const Numerics numerics_mode =
+      parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {

@@ -457,7 +457,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps, bool cache_folds, c10::string_view numerics) {
+                                     std::optional<double> momentum, double eps, bool cache_folds,
+                                     c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);

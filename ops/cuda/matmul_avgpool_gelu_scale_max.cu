@@ -118,7 +118,8 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
 
 at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor, bool cache_folds, c10::string_view numerics) {
+                                              double scale_factor, bool cache_folds,
+                                              c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const c10::cuda::CUDAGuard device_guard(x.device());

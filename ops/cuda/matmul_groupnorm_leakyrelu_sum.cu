@@ -73,7 +73,8 @@ __global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
                                                 static_cast<y_t>(gamma[channel0 + c]) +
                                             static_cast<y_t>(beta[channel0 + c]),
                                         eager);
-      const y_t leaky = stored_as<scalar_t>(v > static_cast<y_t>(0) ? v : v * negative_slope, eager);
+      const y_t leaky =
+          stored_as<scalar_t>(v > static_cast<y_t>(0) ? v : v * negative_slope, eager);
       out[base + c] = static_cast<scalar_t>(leaky + leaky);
     }
   }
@@ -136,7 +137,8 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
                                                const at::Tensor& gn_bias, double eps,
-                                               double negative_slope, bool cache_folds, c10::string_view numerics) {
+                                               double negative_slope, bool cache_folds,
+                                               c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard device_guard(x.device());

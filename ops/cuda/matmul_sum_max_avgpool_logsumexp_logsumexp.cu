@@ -160,8 +160,10 @@ __global__ void eager_row_sum_kernel(const float* __restrict__ y, scalar_t* __re
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const at::Tensor& bias,
-                                                           bool cache_folds, c10::string_view numerics) {
-  const Numerics numerics_mode = parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
+                                                           bool cache_folds,
+                                                           c10::string_view numerics) {
+  const Numerics numerics_mode =
+      parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous();

@@ -29,8 +29,10 @@ struct Linear {
 Linear random_linear(int64_t batch, int64_t in, int64_t out, at::ScalarType dtype,
                      c10::Device device) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
-  return {at::rand({batch, in}).to(options), (at::rand({out, in}) * 2 - 1).div(std::sqrt(in)).to(options),
-          (at::rand({out}) * 2 - 1).div(std::sqrt(in)).to(options)};
+  // nn.Linear's initialization: uniform in +-1/sqrt(in_features).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  return {at::rand({batch, in}).to(options), ((at::rand({out, in}) * 2 - 1) * bound).to(options),
+          ((at::rand({out}) * 2 - 1) * bound).to(options)};
 }
 
 TEST(Numerics, EagerMatchesTheReferenceChainInItsDtype) {
