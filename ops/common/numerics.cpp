@@ -20,8 +20,4 @@ at::Tensor linear_as_the_reference_writes_it(const at::Tensor& x, const at::Tens
   return at::linear(x, weight, bias).to(at::toOpMathType(x.scalar_type())).contiguous();
 }
 
-const char* to_string(Numerics numerics) {
-  return numerics == Numerics::kEager ? "eager" : "accurate";
-}
-
 }  // namespace fusedops

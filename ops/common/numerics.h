@@ -22,8 +22,6 @@ enum class Numerics { kAccurate, kEager };
 // "<op>: numerics must be \"accurate\" or \"eager\", got \"<value>\"".
 Numerics parse_numerics(const char* op, c10::string_view numerics);
 
-const char* to_string(Numerics numerics);
-
 // Whether a kernel for a model of dtype `model_dtype_is_reduced` (float16/bfloat16: narrower
 // than its accumulation dtype) rounds its intermediates: only "eager" on a reduced dtype does;
 // for float32/float64 models the accumulation dtype is the model's dtype and there is nothing

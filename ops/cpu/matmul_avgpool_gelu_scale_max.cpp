@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/checks.h"
-#include "common/numerics.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
 namespace fusedops {

@@ -10,8 +10,8 @@
 #include <torch/library.h>
 
 #include "common/checks.h"
-#include "common/numerics.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/linear_gemm.h"
 

@@ -11,8 +11,8 @@
 #include <type_traits>
 
 #include "common/checks.h"
-#include "common/numerics.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 
 namespace fusedops {
