@@ -24,18 +24,20 @@ c10::TypedOperatorHandle<Signature> find_op(const char* name) {
 
 at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                          const at::Tensor& bias, int64_t pool_kernel_size,
-                                         double scale_factor, bool cache_folds) {
+                                         double scale_factor, bool cache_folds,
+                                         c10::string_view numerics) {
   static auto op = find_op<decltype(matmul_avgpool_gelu_scale_max)>(
       "fusedops::matmul_avgpool_gelu_scale_max");
-  return op.call(x, weight, bias, pool_kernel_size, scale_factor, cache_folds);
+  return op.call(x, weight, bias, pool_kernel_size, scale_factor, cache_folds, numerics);
 }
 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
                                                       const at::Tensor& weight,
-                                                      const at::Tensor& bias, bool cache_folds) {
+                                                      const at::Tensor& bias, bool cache_folds,
+                                                      c10::string_view numerics) {
   static auto op = find_op<decltype(matmul_sum_max_avgpool_logsumexp_logsumexp)>(
       "fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp");
-  return op.call(x, weight, bias, cache_folds);
+  return op.call(x, weight, bias, cache_folds, numerics);
 }
 
 at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
@@ -43,20 +45,22 @@ at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
                                 const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                 at::Tensor& running_mean, at::Tensor& running_var,
                                 at::Tensor& num_batches_tracked, bool training,
-                                std::optional<double> momentum, double eps, bool cache_folds) {
+                                std::optional<double> momentum, double eps, bool cache_folds,
+                                c10::string_view numerics) {
   static auto op = find_op<decltype(gemm_scale_batchnorm)>("fusedops::gemm_scale_batchnorm");
   return op.call(x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var,
-                 num_batches_tracked, training, momentum, eps, cache_folds);
+                 num_batches_tracked, training, momentum, eps, cache_folds, numerics);
 }
 
 at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
                                           const at::Tensor& bias, int64_t num_groups,
                                           const at::Tensor& gn_weight, const at::Tensor& gn_bias,
-                                          double eps, double negative_slope, bool cache_folds) {
+                                          double eps, double negative_slope, bool cache_folds,
+                                          c10::string_view numerics) {
   static auto op = find_op<decltype(matmul_groupnorm_leakyrelu_sum)>(
       "fusedops::matmul_groupnorm_leakyrelu_sum");
   return op.call(x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
-                 cache_folds);
+                 cache_folds, numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear(const at::Tensor& weight,
@@ -73,18 +77,21 @@ std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
 }
 
 
+// numerics (common/numerics.h) comes last and has a default, so that a TorchScript module
+// exported before it existed (its graph calls the op without it) still loads and runs.
 TORCH_LIBRARY(fusedops, m) {
   m.def("matmul_avgpool_gelu_scale_max(Tensor x, Tensor weight, Tensor bias, "
-        "int pool_kernel_size, float scale_factor, *, bool cache_folds=True) -> Tensor");
+        "int pool_kernel_size, float scale_factor, *, bool cache_folds=True, "
+        "str numerics=\"accurate\") -> Tensor");
   m.def("matmul_sum_max_avgpool_logsumexp_logsumexp(Tensor x, Tensor weight, Tensor bias, *, "
-        "bool cache_folds=True) -> Tensor");
+        "bool cache_folds=True, str numerics=\"accurate\") -> Tensor");
   m.def("gemm_scale_batchnorm(Tensor x, Tensor weight, Tensor bias, Tensor scale, "
         "Tensor bn_weight, Tensor bn_bias, Tensor(a!) running_mean, Tensor(b!) running_var, "
         "Tensor(c!) num_batches_tracked, bool training, float? momentum, float eps, *, "
-        "bool cache_folds=True) -> Tensor");
+        "bool cache_folds=True, str numerics=\"accurate\") -> Tensor");
   m.def("matmul_groupnorm_leakyrelu_sum(Tensor x, Tensor weight, Tensor bias, "
         "int num_groups, Tensor gn_weight, Tensor gn_bias, float eps, float negative_slope, *, "
-        "bool cache_folds=True) -> Tensor");
+        "bool cache_folds=True, str numerics=\"accurate\") -> Tensor");
   m.def("avgpool_fold_linear(Tensor weight, Tensor bias, int pool_kernel_size) "
         "-> (Tensor, Tensor)");
   m.def("sum_fold_linear(Tensor weight, Tensor bias) -> (Tensor, Tensor)");

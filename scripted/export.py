@@ -115,6 +115,7 @@ class ExportSpec:
     device: torch.device
     seed: int
     mode: str            # "eval" or "train"
+    numerics: str = "accurate"  # ModelNew's numerics: "accurate" or "eager" (model_new.py)
 
     @property
     def model_name(self) -> str:
@@ -200,7 +201,7 @@ def build_models(spec: ExportSpec) -> tuple[torch.nn.Module, torch.nn.Module]:
     torch.manual_seed(spec.seed)
     reference = spec.problem.model(*spec.init_args)
     torch.manual_seed(spec.seed)
-    model_new = spec.problem.model_new(*spec.init_args)
+    model_new = spec.problem.model_new(*spec.init_args, numerics=spec.numerics)
 
     if spec.mode == "eval" and spec.problem.key == "39":
         calibrate_batchnorm(reference, spec)
@@ -316,6 +317,9 @@ def model_metadata(spec: ExportSpec, output: torch.Tensor, artifact_format: str)
         "op": f"fusedops::{spec.problem.op}",
         "init_args": to_json_value(spec.init_args),
         "mode": spec.mode,
+        # How the exported ModelNew rounds intermediates (a float16/bfloat16 export): its
+        # `numerics` attribute, which the TorchScript model keeps and the .pt2 fixes.
+        "numerics": spec.numerics,
         # The batch dimension (0) is free; the other input dims and the dtype are not.
         "input": {"shape": list(spec.input_shape), "dtype": dtype_name(spec.dtype)},
         "output": {"shape": list(output.shape), "dtype": dtype_name(output.dtype)},
@@ -428,7 +432,8 @@ def make_specs(args: argparse.Namespace) -> list[ExportSpec]:
         if args.batch_size is not None:
             batch_size = args.batch_size
         specs.append(ExportSpec(problem, init_args, batch_size, DTYPES[args.dtype],
-                                torch.device(args.device), args.seed, args.mode))
+                                torch.device(args.device), args.seed, args.mode,
+                                args.numerics))
     return specs
 
 
@@ -451,6 +456,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mode", choices=("eval", "train"), default="eval",
                         help="module mode of the export (default: eval, see module docstring)")
+    parser.add_argument("--numerics", choices=("accurate", "eager"), default="accurate",
+                        help="ModelNew's numerics: accurate (float32 intermediates) or eager "
+                             "(intermediates rounded to the model's dtype as the reference "
+                             "rounds them; float16/bfloat16 only differ) (default: accurate)")
     parser.add_argument("--formats", type=parse_formats, default=list(FORMATS),
                         help="comma list of artifacts: pt (TorchScript), pt2 (torch.export + "
                              "AOTInductor, compiles C++: tens of seconds per model) "
@@ -475,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         for model_dir, seconds in export_model(spec, args.output, args.formats):
             print(f"exported {model_dir.name}: input {list(spec.input_shape)} "
                   f"{dtype_name(spec.dtype)} on {spec.device}, {spec.mode} mode, "
+                  f"{spec.numerics} numerics, "
                   f"{seconds:.1f} s -> {model_dir}")
     return 0
 

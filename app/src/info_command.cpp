@@ -62,6 +62,8 @@ JsonDocument info_json(const ExportedModel& model, const c10::Device& device) {
   if (const auto& metadata = model.metadata()) {
     const KernelAvailability kernels = kernel_availability(metadata->op);
     document["metadata"] = metadata->raw;
+    // Also for files older than the key (they computed "accurate").
+    document["numerics"] = metadata->numerics;
     document["operator"] = {{"name", metadata->op},
                             {"registered", kernels.registered},
                             {"cpu_kernel", kernels.cpu},
@@ -136,6 +138,7 @@ int run_info_command(const InfoOptions& options, const c10::Device& device,
                describe(kernel_availability(metadata->op)));
     fmt::print("init args   {}\n", printable(metadata->init_args.dump()));
     fmt::print("mode        {}\n", metadata->mode);
+    fmt::print("numerics    {}\n", metadata->numerics);
     fmt::print("input       [{}] {} (exported with B = {})\n", fmt::join(batch_free_dims, ", "),
                dtype_name(metadata->input.dtype), metadata->input.shape[0]);
     fmt::print("output      {} {}\n", shape_text(metadata->output.shape),

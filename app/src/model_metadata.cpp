@@ -6,6 +6,7 @@
 #include <map>
 
 #include "app_error.h"
+#include "printable.h"
 
 namespace fusedops_app {
 
@@ -90,6 +91,7 @@ ModelMetadata ModelMetadata::parse(const std::string& json_text, const std::stri
     metadata.fusedops_version = json.at("fusedops_version").get<std::string>();
     metadata.torch_version = json.at("torch_version").get<std::string>();
     metadata.init_args = json.at("init_args");
+    if (json.contains("numerics")) metadata.numerics = json.at("numerics").get<std::string>();
     metadata.rows_independent = metadata.mode != "train";
     if (metadata.format >= 2) {
       metadata.rows_independent = json.at("rows_independent").get<bool>();
@@ -104,6 +106,10 @@ ModelMetadata ModelMetadata::parse(const std::string& json_text, const std::stri
   if (metadata.mode != "eval" && metadata.mode != "train") {
     throw UsageError(fmt::format("{}: {} gives mode '{}'; expected eval or train", source,
                                  kMetadataFileName, metadata.mode));
+  }
+  if (metadata.numerics != "accurate" && metadata.numerics != "eager") {
+    throw UsageError(fmt::format("{}: {} gives numerics '{}'; expected accurate or eager", source,
+                                 kMetadataFileName, printable(metadata.numerics)));
   }
   if (metadata.op.rfind("fusedops::", 0) != 0) {
     throw UsageError(fmt::format("{}: {} gives operator '{}'; expected a fusedops:: operator",

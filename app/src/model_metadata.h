@@ -29,6 +29,9 @@ struct ModelMetadata {
   std::string name;         // Matmul_AvgPool_GELU_Scale_Max
   std::string op;           // fusedops::matmul_avgpool_gelu_scale_max
   std::string mode;         // "eval" or "train"
+  // The exported ModelNew's numerics, "accurate" or "eager" (models/fusedops/model_new.py).
+  // Files written before the key existed computed "accurate", the only numerics then.
+  std::string numerics = "accurate";
   TensorSpec input;
   TensorSpec output;
   std::string device;       // the device it was exported on

@@ -23,11 +23,12 @@ bool call_operator_by_name() {
   const auto op = c10::Dispatcher::singleton()
                       .findSchemaOrThrow(kOperator, "")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        bool)>();  // x, weight, bias, cache_folds
+                                        bool, c10::string_view)>();  // x, weight, bias,
+                                                                     // cache_folds, numerics
   const at::Tensor x = at::rand({8, 64});
   const at::Tensor weight = at::randn({32, 64});
   const at::Tensor bias = at::randn({32});
-  const at::Tensor fused = op.call(x, weight, bias, /*cache_folds=*/true);
+  const at::Tensor fused = op.call(x, weight, bias, /*cache_folds=*/true, /*numerics=*/"accurate");
   const at::Tensor expected = at::linear(x, weight, bias).sum(1, /*keepdim=*/true);
   const bool close = at::allclose(fused, expected, /*rtol=*/1e-4, /*atol=*/1e-4);
   std::cout << kOperator << ": output " << fused.sizes() << ", "

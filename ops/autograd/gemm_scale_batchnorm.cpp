@@ -38,7 +38,8 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
                             const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                             const at::Tensor& running_mean, const at::Tensor& running_var,
                             const at::Tensor& num_batches_tracked, bool training,
-                            std::optional<double> momentum, double eps, bool cache_folds) {
+                            std::optional<double> momentum, double eps, bool cache_folds,
+                            c10::string_view numerics) {
     if (training) {
       ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias});
     } else {
@@ -58,7 +59,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       out = fusedops::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias,
                                            mean_to_update, var_to_update, count_to_update,
-                                           training, momentum, eps, cache_folds);
+                                           training, momentum, eps, cache_folds, numerics);
     }
     if (training) {
       torch::autograd::impl::bump_version(running_mean);
@@ -93,10 +94,10 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
 
     const variable_list grads = recompute.gradients({out}, grad_outputs);
     // x, weight, bias, scale, bn_weight, bn_bias, then the running statistics, the batch count
-    // and the four non-tensor arguments.
+    // and the five non-tensor arguments.
     return {grads[0],     grads[1],     grads[2],     grads[3],     grads[4],    grads[5],
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -105,14 +106,15 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                          const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                          at::Tensor& running_mean, at::Tensor& running_var,
                                          at::Tensor& num_batches_tracked, bool training,
-                                         std::optional<double> momentum, double eps, bool cache_folds) {
+                                         std::optional<double> momentum, double eps,
+                                         bool cache_folds, c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias, scale, bn_weight, bn_bias})) {
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       out = fusedops::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias,
                                            running_mean, running_var, num_batches_tracked,
-                                           training, momentum, eps, cache_folds);
+                                           training, momentum, eps, cache_folds, numerics);
     }
     if (training) {
       // As in the recorded path: the in-place update of the statistics is a new version
@@ -129,7 +131,7 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                running_var, num_batches_tracked, training);
   return GemmScaleBatchnormFunction::apply(x, weight, bias, scale, bn_weight, bn_bias,
                                            running_mean, running_var, num_batches_tracked,
-                                           training, momentum, eps, cache_folds);
+                                           training, momentum, eps, cache_folds, numerics);
 }
 
 }  // namespace

@@ -29,14 +29,15 @@ class MatmulAvgpoolGeluScaleMaxFunction
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, int64_t pool_kernel_size,
-                            double scale_factor, bool cache_folds) {
+                            double scale_factor, bool cache_folds,
+                            c10::string_view numerics) {
     ctx->save_for_backward({x, weight, bias});
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
-                                                   scale_factor, cache_folds);
+                                                   scale_factor, cache_folds, numerics);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -55,7 +56,8 @@ class MatmulAvgpoolGeluScaleMaxFunction
     const at::Tensor out = std::get<0>(at::max(scaled, /*dim=*/1));
 
     const variable_list grads = recompute.gradients({out}, grad_outputs);
-    return {grads[0], grads[1], grads[2], at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grads[0], grads[1], grads[2], at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -91,17 +93,18 @@ class AvgpoolFoldLinearFunction : public torch::autograd::Function<AvgpoolFoldLi
 at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at::Tensor& weight,
                                                   const at::Tensor& bias,
                                                   int64_t pool_kernel_size,
-                                                  double scale_factor, bool cache_folds) {
+                                                  double scale_factor, bool cache_folds,
+                                                  c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
-                                                   scale_factor, cache_folds);
+                                                   scale_factor, cache_folds, numerics);
   }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   return MatmulAvgpoolGeluScaleMaxFunction::apply(x, weight, bias, pool_kernel_size,
-                                                  scale_factor, cache_folds);
+                                                  scale_factor, cache_folds, numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear_autograd(const at::Tensor& weight,

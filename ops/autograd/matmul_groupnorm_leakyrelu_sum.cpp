@@ -25,7 +25,8 @@ class MatmulGroupnormLeakyreluSumFunction
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, int64_t num_groups,
                             const at::Tensor& gn_weight, const at::Tensor& gn_bias, double eps,
-                            double negative_slope, bool cache_folds) {
+                            double negative_slope, bool cache_folds,
+                            c10::string_view numerics) {
     ctx->save_for_backward({x, weight, bias, gn_weight, gn_bias});
     ctx->saved_data["num_groups"] = num_groups;
     ctx->saved_data["eps"] = eps;
@@ -33,7 +34,8 @@ class MatmulGroupnormLeakyreluSumFunction
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds);
+                                                    gn_bias, eps, negative_slope, cache_folds,
+                                                    numerics);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -58,9 +60,10 @@ class MatmulGroupnormLeakyreluSumFunction
     const at::Tensor out = activated + activated;
 
     const variable_list grads = recompute.gradients({out}, grad_outputs);
-    // x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope, cache_folds.
+    // x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope, cache_folds,
+    // numerics.
     return {grads[0], grads[1],     grads[2],     at::Tensor(), grads[3],
-            grads[4], at::Tensor(), at::Tensor(), at::Tensor()};
+            grads[4], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -68,17 +71,20 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
                                                    const at::Tensor& bias, int64_t num_groups,
                                                    const at::Tensor& gn_weight,
                                                    const at::Tensor& gn_bias, double eps,
-                                                   double negative_slope, bool cache_folds) {
+                                                   double negative_slope, bool cache_folds,
+                                                   c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias, gn_weight, gn_bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds);
+                                                    gn_bias, eps, negative_slope, cache_folds,
+                                                    numerics);
   }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   return MatmulGroupnormLeakyreluSumFunction::apply(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds);
+                                                    gn_bias, eps, negative_slope, cache_folds,
+                                                    numerics);
 }
 
 }  // namespace

@@ -27,11 +27,13 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     : public torch::autograd::Function<MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, bool cache_folds) {
+                            const at::Tensor& bias, bool cache_folds,
+                            c10::string_view numerics) {
     ctx->save_for_backward({x, weight, bias});
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds);
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
+                                                                 numerics);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -48,6 +50,7 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     out = out.logsumexp(1, /*keepdim=*/true);
     variable_list grads = recompute.gradients({out}, grad_outputs);
     grads.emplace_back();  // cache_folds
+    grads.emplace_back();  // numerics
     return grads;
   }
 };
@@ -74,15 +77,18 @@ class SumFoldLinearFunction : public torch::autograd::Function<SumFoldLinearFunc
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor& x,
                                                                const at::Tensor& weight,
                                                                const at::Tensor& bias,
-                                                               bool cache_folds) {
+                                                               bool cache_folds,
+                                                               c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds);
+    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
+                                                                 numerics);
   }
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
-  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias, cache_folds);
+  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias, cache_folds,
+                                                              numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear_autograd(const at::Tensor& weight,

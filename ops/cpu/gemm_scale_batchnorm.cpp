@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
 namespace fusedops {
@@ -25,17 +26,22 @@ namespace {
 constexpr int64_t kColumnBlock = 64;
 
 // The GEMM output y (batch, features) with scale as strides of its (batch, features)
-// broadcast: a stride is 0 along a broadcast dimension.
-template <typename acc_t>
+// broadcast: a stride is 0 along a broadcast dimension. With `eager` ("eager" numerics on a
+// float16/bfloat16 model) y is the rounded Linear output (common/numerics.h) and the product is
+// rounded to scalar_t, where the reference's `* scale` writes it.
+template <typename scalar_t>
 struct ScaledLinear {
+  using acc_t = at::opmath_type<scalar_t>;
   const acc_t* y;
   const acc_t* scale;
   int64_t scale_row_stride;
   int64_t scale_column_stride;
   int64_t features;
+  bool eager;
 
   acc_t value(int64_t i, int64_t j) const {
-    return y[i * features + j] * scale[i * scale_row_stride + j * scale_column_stride];
+    return stored_as<scalar_t>(
+        y[i * features + j] * scale[i * scale_row_stride + j * scale_column_stride], eager);
   }
 };
 
@@ -48,7 +54,7 @@ at::Tensor feature_vector_in_double(const at::Tensor& t) {
 // normalized output, and the updated running statistics (the unbiased variance goes into
 // running_var). z is written over y between the passes; out may alias y.
 template <typename scalar_t>
-void batchnorm_train(const ScaledLinear<at::opmath_type<scalar_t>>& z_in,
+void batchnorm_train(const ScaledLinear<scalar_t>& z_in,
                      at::opmath_type<scalar_t>* z_buffer, int64_t batch, const double* gamma,
                      const double* beta, const double* running_mean, const double* running_var,
                      double eps, double factor, scalar_t* out, double* new_running_mean,
@@ -106,7 +112,7 @@ void batchnorm_train(const ScaledLinear<at::opmath_type<scalar_t>>& z_in,
 
 // Eval: out = (z - running_mean) / sqrt(running_var + eps) * gamma + beta, row by row.
 template <typename scalar_t>
-void batchnorm_eval(const ScaledLinear<at::opmath_type<scalar_t>>& z_in, int64_t batch,
+void batchnorm_eval(const ScaledLinear<scalar_t>& z_in, int64_t batch,
                     const double* gamma, const double* beta, const double* running_mean,
                     const double* running_var, double eps, scalar_t* out) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -133,16 +139,20 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
                                     const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                     at::Tensor& running_mean, at::Tensor& running_var,
                                     at::Tensor& num_batches_tracked, bool training,
-                                    std::optional<double> momentum, double eps, bool cache_folds) {
+                                    std::optional<double> momentum, double eps, bool cache_folds,
+                                    c10::string_view numerics) {
+  const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);
   const int64_t batch = x.size(0);
   const int64_t features = weight.size(0);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
+  const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
 
   // y is a fresh (batch, features) buffer: training overwrites it with z, and when the output
   // dtype is the accumulation dtype the output is written over it too.
-  at::Tensor y = at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
+  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                       : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
   if (!y.is_contiguous()) y = y.contiguous();
   const at::Tensor scale_broadcast = scale.to(acc_dtype).expand({batch, features});
   at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, features}, x.options());
@@ -166,9 +176,9 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
     AT_DISPATCH_FLOATING_TYPES_AND2(
         at::kHalf, at::kBFloat16, x.scalar_type(), "gemm_scale_batchnorm", [&] {
           using acc_t = at::opmath_type<scalar_t>;
-          const ScaledLinear<acc_t> z{
+          const ScaledLinear<scalar_t> z{
               y.const_data_ptr<acc_t>(), scale_broadcast.const_data_ptr<acc_t>(),
-              scale_broadcast.stride(0), scale_broadcast.stride(1), features};
+              scale_broadcast.stride(0), scale_broadcast.stride(1), features, eager};
           batchnorm_train<scalar_t>(
               z, y.data_ptr<acc_t>(), batch, gamma.const_data_ptr<double>(),
               beta.const_data_ptr<double>(), mean_before.const_data_ptr<double>(),
@@ -184,9 +194,10 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "gemm_scale_batchnorm", [&] {
         using acc_t = at::opmath_type<scalar_t>;
-        const ScaledLinear<acc_t> z{y.const_data_ptr<acc_t>(),
+        const ScaledLinear<scalar_t> z{y.const_data_ptr<acc_t>(),
                                     scale_broadcast.const_data_ptr<acc_t>(),
-                                    scale_broadcast.stride(0), scale_broadcast.stride(1), features};
+                                    scale_broadcast.stride(0), scale_broadcast.stride(1), features,
+                                    eager};
         batchnorm_eval<scalar_t>(
             z, batch, gamma.const_data_ptr<double>(), beta.const_data_ptr<double>(),
             mean_before.const_data_ptr<double>(), var_before.const_data_ptr<double>(), eps,

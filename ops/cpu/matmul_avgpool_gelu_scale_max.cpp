@@ -17,6 +17,7 @@
 
 #include "common/checks.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
 namespace fusedops {
@@ -83,11 +84,15 @@ acc_t gelu_erf(acc_t v) {
 }
 
 // max_j scale * gelu(pooled_j) with torch.max's rule for NaN: a NaN anywhere in the row wins.
-template <typename acc_t>
-acc_t scaled_gelu_max(const acc_t* pooled, int64_t width, acc_t scale) {
+// With `eager` the pooled value, GELU and the product are rounded to scalar_t, where the
+// reference's avg_pool1d, gelu and `* scale_factor` write them. (The Linear output itself is
+// never formed: the fold pools the weights, so its rounding is the one eager cannot repeat.)
+template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
+acc_t scaled_gelu_max(const acc_t* pooled, int64_t width, acc_t scale, bool eager) {
   acc_t best = -std::numeric_limits<acc_t>::infinity();
   for (int64_t j = 0; j < width; ++j) {
-    const acc_t v = gelu_erf(pooled[j]) * scale;
+    const acc_t g = stored_as<scalar_t>(gelu_erf(stored_as<scalar_t>(pooled[j], eager)), eager);
+    const acc_t v = stored_as<scalar_t>(g * scale, eager);
     if (std::isnan(v)) return v;
     if (v > best) best = v;
   }
@@ -105,7 +110,7 @@ bool all_finite(const acc_t* values, int64_t n) {
 // out[rows[q]] from the unfolded Linear: pool its k-windows, then the same epilogue.
 template <typename scalar_t>
 void unfolded_rows(const at::Tensor& x_acc, const at::Tensor& weight, const at::Tensor& bias,
-                   int64_t k, double scale_factor, const std::vector<int64_t>& rows,
+                   int64_t k, double scale_factor, bool eager, const std::vector<int64_t>& rows,
                    scalar_t* out) {
   using acc_t = at::opmath_type<scalar_t>;
   const at::Tensor linear = cpu::linear_of_rows(x_acc, weight, bias, rows);
@@ -123,16 +128,20 @@ void unfolded_rows(const at::Tensor& x_acc, const at::Tensor& weight, const at::
         for (int64_t t = 0; t < k; ++t) window_sum += y_row[r * k + t];
         pooled[r] = window_sum / static_cast<acc_t>(k);
       }
-      out[rows[q]] = static_cast<scalar_t>(scaled_gelu_max(pooled.data(), pooled_width, scale));
+      out[rows[q]] = static_cast<scalar_t>(
+          scaled_gelu_max<scalar_t>(pooled.data(), pooled_width, scale, eager));
     }
   });
 }
 
 at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias, int64_t pool_kernel_size,
-                                             double scale_factor, bool cache_folds) {
+                                             double scale_factor, bool cache_folds,
+                                             c10::string_view numerics) {
+  const Numerics numerics_mode = parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
+  const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
   // Folding reads all of W (out x in); cached, a steady-state call skips it.
   const FoldTensors fold =
       fold_weights(FoldKind::kAvgPoolLinear, pool_kernel_size, {weight, bias}, cache_folds,
@@ -162,7 +171,8 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
               needs_unfolded[i] = 1;
               continue;
             }
-            o[i] = static_cast<scalar_t>(scaled_gelu_max(row, pooled_width, scale));
+            o[i] =
+                static_cast<scalar_t>(scaled_gelu_max<scalar_t>(row, pooled_width, scale, eager));
           }
         });
         std::vector<int64_t> rows;
@@ -170,7 +180,8 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
           if (needs_unfolded[i]) rows.push_back(i);
         }
         if (!rows.empty()) {
-          unfolded_rows<scalar_t>(x_acc, weight, bias, pool_kernel_size, scale_factor, rows, o);
+          unfolded_rows<scalar_t>(x_acc, weight, bias, pool_kernel_size, scale_factor, eager, rows,
+                                 o);
         }
       });
   return out;

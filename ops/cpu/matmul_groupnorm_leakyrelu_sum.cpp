@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
 namespace fusedops {
@@ -20,12 +21,15 @@ namespace {
 
 // For every row of y (batch, channels) and every group of group_size channels: mean and
 // biased variance (two passes, double), normalize, per-channel affine, leaky ReLU, doubled.
-// out may alias y: each element is read before it is written.
+// out may alias y: each element is read before it is written. With `eager` the GroupNorm output
+// and the LeakyReLU output are rounded to scalar_t, where the reference's group_norm and
+// leaky_relu write them (the doubling v + v is exact; y is then already the rounded Linear
+// output, common/numerics.h).
 template <typename scalar_t>
 void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, int64_t channels,
                              int64_t num_groups, const at::opmath_type<scalar_t>* gamma,
                              const at::opmath_type<scalar_t>* beta, double eps,
-                             double negative_slope, scalar_t* out) {
+                             double negative_slope, bool eager, scalar_t* out) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t group_size = channels / num_groups;
   const acc_t slope = static_cast<acc_t>(negative_slope);
@@ -47,9 +51,10 @@ void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, 
         const acc_t shift = static_cast<acc_t>(mean);
         const acc_t inv_std = static_cast<acc_t>(1.0 / std::sqrt(variance + eps));
         for (int64_t c = 0; c < group_size; ++c) {
-          const acc_t v = (y_group[c] - shift) * inv_std * gamma[first + c] + beta[first + c];
+          const acc_t v = stored_as<scalar_t>(
+              (y_group[c] - shift) * inv_std * gamma[first + c] + beta[first + c], eager);
           // torch's leaky_relu: v > 0 ? v : v * slope (NaN takes the second branch and stays NaN).
-          const acc_t leaky = v > acc_t(0) ? v : v * slope;
+          const acc_t leaky = stored_as<scalar_t>(v > acc_t(0) ? v : v * slope, eager);
           out_group[c] = static_cast<scalar_t>(leaky + leaky);
         }
       }
@@ -61,13 +66,17 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
                                               const at::Tensor& bias, int64_t num_groups,
                                               const at::Tensor& gn_weight,
                                               const at::Tensor& gn_bias, double eps,
-                                              double negative_slope, bool cache_folds) {
+                                              double negative_slope, bool cache_folds,
+                                              c10::string_view numerics) {
+  const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const int64_t batch = x.size(0);
   const int64_t channels = weight.size(0);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
+  const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
 
-  at::Tensor y = at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
+  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                       : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
   if (!y.is_contiguous()) y = y.contiguous();
   // y is a fresh buffer: when the output dtype is the accumulation dtype, write over it.
   at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, channels}, x.options());
@@ -79,7 +88,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
         using acc_t = at::opmath_type<scalar_t>;
         groupnorm_leakyrelu_sum<scalar_t>(
             y.const_data_ptr<acc_t>(), batch, channels, num_groups, gamma.const_data_ptr<acc_t>(),
-            beta.const_data_ptr<acc_t>(), eps, negative_slope, out.data_ptr<scalar_t>());
+            beta.const_data_ptr<acc_t>(), eps, negative_slope, eager, out.data_ptr<scalar_t>());
       });
   return out;
 }

@@ -15,6 +15,7 @@
 
 #include "common/checks.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
 namespace fusedops {
@@ -85,11 +86,46 @@ double dot_in_double(const scalar_t* x, const double* w, int64_t n) {
   return (partial[0] + partial[1]) + (partial[2] + partial[3]);
 }
 
+// "eager" numerics on a float16/bfloat16 model: the reference rounds every Linear output y_j
+// to the model's dtype before its sum, and the fold (which never forms y_j) cannot repeat that,
+// so this runs the full GEMM (out_features times the fold's work) as the reference's Linear
+// writes it (common/numerics.h) and sums the rounded values in double; the sum is rounded
+// once, as torch.sum writes it. Non-finite values need no second path: this is the
+// reference's own order of operations.
+at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+  const at::Tensor y = linear_as_the_reference_writes_it(x, weight, bias);
+  const int64_t batch = y.size(0), out_features = y.size(1);
+  at::Tensor out = at::empty({batch, 1}, x.options());
+  AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_linear_sum", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const acc_t* yp = y.const_data_ptr<acc_t>();
+    scalar_t* o = out.data_ptr<scalar_t>();
+    at::parallel_for(0, batch, cpu::grain_for(out_features), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < out_features; ++j) {
+          sum += static_cast<double>(yp[i * out_features + j]);
+        }
+        o[i] = static_cast<scalar_t>(sum);
+      }
+    });
+  });
+  return out;
+}
+
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
                                                           const at::Tensor& weight,
                                                           const at::Tensor& bias,
-                                                          bool cache_folds) {
+                                                          bool cache_folds,
+                                                          c10::string_view numerics) {
+  const Numerics numerics_mode =
+      parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+  const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
+  if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {
+    return eager_linear_sum(x, weight, bias);
+  }
   // Folding reads all of W (out x in), the matvec only x: cached, a steady-state call skips it.
   // The fold stays in double so that float32 results carry no fold rounding.
   const FoldTensors fold =

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/linear_gemm.h"
 
@@ -40,6 +41,23 @@ __device__ __forceinline__ y_t scaled(const y_t* y, const scalar_t* bias, const 
                                       ScaleView sv, int64_t i, int64_t j, int64_t n) {
   return (y[i * n + j] + static_cast<y_t>(bias[j])) *
          static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]);
+}
+
+// "eager" numerics on a float16/bfloat16 model, before the BatchNorm passes: y, the Linear
+// output as the reference writes it (bias included, common/numerics.h), is overwritten with
+// z = stored(y * scale), the product rounded to scalar_t where the reference's `* scale` writes
+// it. The passes below then run on z with a zero bias and a unit scale, so every BatchNorm path
+// (resident, vec4, generic) sees the reference's rounded z without a second copy of each.
+template <typename scalar_t>
+__global__ void eager_scale_kernel(float* __restrict__ y, const scalar_t* __restrict__ scale,
+                                   ScaleView sv, int64_t batch, int64_t n) {
+  const int64_t total = batch * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx - (idx / n) * n;
+    y[idx] = stored_as<scalar_t>(
+        y[idx] * static_cast<float>(scale[i * sv.row_stride + j * sv.col_stride]), true);
+  }
 }
 
 // Per (slice, column): sum and sum of squares of (z - shift_j) in double, shift_j = z[0, j].
@@ -439,7 +457,9 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps, bool cache_folds) {
+                                     std::optional<double> momentum, double eps, bool cache_folds,
+                                     c10::string_view numerics) {
+  const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);
   const c10::cuda::CUDAGuard device_guard(x.device());
@@ -454,12 +474,27 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     }
     return out;
   }
-  const at::Tensor y = cuda::linear_nt(x, weight, cache_folds);
-  const at::Tensor bc = bias.contiguous();
+  const bool eager = rounds_intermediates(
+      numerics_mode, x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                             : cuda::linear_nt(x, weight, cache_folds);
+  at::Tensor bc = bias.contiguous();
   const at::Tensor gamma = bn_weight.contiguous();
   const at::Tensor beta = bn_bias.contiguous();
-  const at::Tensor scale_full = scale.expand({batch, n});
-  const ScaleView sv{scale_full.stride(0), scale_full.stride(1)};
+  at::Tensor scale_full = scale.expand({batch, n});
+  ScaleView sv{scale_full.stride(0), scale_full.stride(1)};
+  if (eager) {
+    AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_scale", [&] {
+      const int threads = 256;
+      const int64_t blocks = std::min<int64_t>(ceil_div(batch * n, threads), 65535LL * 8);
+      eager_scale_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
+          y.data_ptr<float>(), scale_full.data_ptr<scalar_t>(), sv, batch, n);
+    });
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    bc = at::zeros({n}, bias.options());
+    scale_full = at::ones({1}, scale.options()).expand({batch, n});
+    sv = ScaleView{scale_full.stride(0), scale_full.stride(1)};
+  }
   // The kernels update the running statistics in place through flat pointers; strided buffers
   // (a view into a larger tensor) are updated through a contiguous copy, written back below.
   at::Tensor rm = running_mean.is_contiguous() ? running_mean : running_mean.contiguous();

@@ -11,6 +11,7 @@
 
 #include "common/checks.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/linear_gemm.h"
 
@@ -76,18 +77,24 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
                                       const scalar_t* __restrict__ weight,
                                       const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                                       int64_t batch, int64_t pooled_n, int64_t k, int64_t pool,
-                                      acc_t<scalar_t> scale) {
+                                      acc_t<scalar_t> scale, bool eager) {
   using acc = acc_t<scalar_t>;
   const int lane = threadIdx.x % cuda::kWarpSize;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / cuda::kWarpSize;
   if (row >= batch) return;
   const acc* pr = pooled + row * pooled_n;
+  // The pooled value, GELU and the product as the reference stores them: rounded to scalar_t
+  // under eager (the Linear output is never formed here: the fold pools the weights).
+  auto scaled_gelu = [&](acc p) {
+    const acc g = stored_as<scalar_t>(cuda::gelu_erf(stored_as<scalar_t>(p, eager)), eager);
+    return stored_as<scalar_t>(g * scale, eager);
+  };
   acc best = -INFINITY;
   bool finite = true;
   for (int64_t j = lane; j < pooled_n; j += cuda::kWarpSize) {
     const acc p = pr[j] + static_cast<acc>(pooled_bias[j]);
     finite &= cuda::is_finite(p);
-    best = cuda::nan_max(best, scale * cuda::gelu_erf(p));
+    best = cuda::nan_max(best, scaled_gelu(p));
   }
   if (!__all_sync(0xffffffffu, finite)) {
     best = -INFINITY;
@@ -102,7 +109,7 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
         }
         window += cuda::warp_sum(dot) + static_cast<acc>(bias[j * pool + t]);
       }
-      best = cuda::nan_max(best, scale * cuda::gelu_erf(window / static_cast<acc>(pool)));
+      best = cuda::nan_max(best, scaled_gelu(window / static_cast<acc>(pool)));
     }
   }
   best = cuda::warp_nan_max(best);
@@ -111,7 +118,9 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
 
 at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor, bool cache_folds) {
+                                              double scale_factor, bool cache_folds,
+                                              c10::string_view numerics) {
+  const Numerics numerics_mode = parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous();
@@ -123,6 +132,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
                    [&] { return fold_avgpool(weight, bias, pool_kernel_size); });
   const at::Tensor pooled = cuda::linear_nt(xc, folded[0], cache_folds);  // (batch, out / k), float/double
   const int64_t pooled_n = pooled.size(1);
+  const bool eager = rounds_intermediates(numerics_mode, pooled.scalar_type() != x.scalar_type());
   const at::Tensor wc = weight.contiguous();
   const at::Tensor bc = bias.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gelu_scale_max", [&] {
@@ -132,7 +142,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
            at::cuda::getCurrentCUDAStream()>>>(
             pooled.data_ptr<acc>(), folded[1].data_ptr<scalar_t>(), xc.data_ptr<scalar_t>(),
             wc.data_ptr<scalar_t>(), bc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), batch,
-            pooled_n, k, pool_kernel_size, static_cast<acc>(scale_factor));
+            pooled_n, k, pool_kernel_size, static_cast<acc>(scale_factor), eager);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

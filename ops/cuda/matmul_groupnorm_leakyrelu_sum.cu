@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/linear_gemm.h"
 
@@ -40,7 +41,7 @@ __global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
                                                const scalar_t* __restrict__ beta,
                                                scalar_t* __restrict__ out, int64_t segments,
                                                int64_t groups, int64_t group_size, int lanes,
-                                               y_t eps, y_t negative_slope) {
+                                               y_t eps, y_t negative_slope, bool eager) {
   const int lane = threadIdx.x % cuda::kWarpSize;
   const int segments_per_warp = cuda::kWarpSize / lanes;
   const int sub = lane % lanes;
@@ -56,23 +57,24 @@ __global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
     const int64_t channel0 = valid ? (segment % groups) * group_size : 0;
     const int64_t len = valid ? group_size : 0;
 
+    auto linear = [&](int64_t c) { return y[base + c] + static_cast<y_t>(bias[channel0 + c]); };
     y_t sum = 0;
-    for (int64_t c = sub; c < len; c += lanes) {
-      sum += y[base + c] + static_cast<y_t>(bias[channel0 + c]);
-    }
+    for (int64_t c = sub; c < len; c += lanes) sum += linear(c);
     const y_t mean = cuda::warp_sum(sum, lanes) / count;
     y_t sq = 0;  // second pass over the (cache-resident) segment: no E[v^2] - E[v]^2 cancellation
     for (int64_t c = sub; c < len; c += lanes) {
-      const y_t d = y[base + c] + static_cast<y_t>(bias[channel0 + c]) - mean;
+      const y_t d = linear(c) - mean;
       sq += d * d;
     }
     const y_t var = cuda::warp_sum(sq, lanes) / count;
     const y_t rstd = static_cast<y_t>(1) / sqrt(var + eps);
     for (int64_t c = sub; c < len; c += lanes) {
-      const y_t v = (y[base + c] + static_cast<y_t>(bias[channel0 + c]) - mean) * rstd *
-                        static_cast<y_t>(gamma[channel0 + c]) +
-                    static_cast<y_t>(beta[channel0 + c]);
-      const y_t leaky = v > static_cast<y_t>(0) ? v : v * negative_slope;
+      const y_t v = stored_as<scalar_t>((linear(c) - mean) * rstd *
+                                                static_cast<y_t>(gamma[channel0 + c]) +
+                                            static_cast<y_t>(beta[channel0 + c]),
+                                        eager);
+      const y_t leaky =
+          stored_as<scalar_t>(v > static_cast<y_t>(0) ? v : v * negative_slope, eager);
       out[base + c] = static_cast<scalar_t>(leaky + leaky);
     }
   }
@@ -88,7 +90,7 @@ __global__ void groupnorm_leakyrelu_sum_vec4_kernel(const float* __restrict__ y,
                                                     const scalar_t* __restrict__ beta,
                                                     scalar_t* __restrict__ out, int64_t segments,
                                                     int64_t groups, int group_size, int lanes,
-                                                    float eps, float negative_slope) {
+                                                    float eps, float negative_slope, bool eager) {
   const int lane = threadIdx.x % cuda::kWarpSize;
   const int segments_per_warp = cuda::kWarpSize / lanes;
   const int quad = lane % lanes;
@@ -121,9 +123,10 @@ __global__ void groupnorm_leakyrelu_sum_vec4_kernel(const float* __restrict__ y,
     if (active) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float o = v[e] * rstd * static_cast<float>(gamma[channel + e]) +
-                        static_cast<float>(beta[channel + e]);
-        const float leaky = o > 0.f ? o : o * negative_slope;
+        const float o = stored_as<scalar_t>(v[e] * rstd * static_cast<float>(gamma[channel + e]) +
+                                                static_cast<float>(beta[channel + e]),
+                                            eager);
+        const float leaky = stored_as<scalar_t>(o > 0.f ? o : o * negative_slope, eager);
         out[offset + e] = static_cast<scalar_t>(leaky + leaky);
       }
     }
@@ -134,14 +137,22 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
                                                const at::Tensor& gn_bias, double eps,
-                                               double negative_slope, bool cache_folds) {
+                                               double negative_slope, bool cache_folds,
+                                               c10::string_view numerics) {
+  const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), hidden = weight.size(0);
   at::Tensor out = at::empty({batch, hidden}, x.options());
   if (batch == 0 || hidden == 0) return out;
-  const at::Tensor y = cuda::linear_nt(x, weight, cache_folds);
-  const at::Tensor bc = bias.contiguous();
+  // Under eager (float16/bfloat16) y is the Linear output as the reference writes it, bias
+  // included (common/numerics.h), and the kernels round the GroupNorm and LeakyReLU outputs
+  // where the reference writes them (the doubling v + v is exact).
+  const bool eager = rounds_intermediates(
+      numerics_mode, x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+                             : cuda::linear_nt(x, weight, cache_folds);
+  const at::Tensor bc = eager ? at::zeros(bias.sizes(), bias.options()) : bias.contiguous();
   const at::Tensor gamma = gn_weight.contiguous();
   const at::Tensor beta = gn_bias.contiguous();
   const int64_t group_size = hidden / num_groups;
@@ -161,14 +172,14 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
             y.data_ptr<float>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
             beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups,
             static_cast<int>(group_size), lanes, static_cast<float>(eps),
-            static_cast<float>(negative_slope));
+            static_cast<float>(negative_slope), eager);
         return;
       }
     }
     groupnorm_leakyrelu_sum_kernel<scalar_t, y_t><<<blocks, threads, 0, stream>>>(
         y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
         beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups, group_size,
-        lanes, static_cast<y_t>(eps), static_cast<y_t>(negative_slope));
+        lanes, static_cast<y_t>(eps), static_cast<y_t>(negative_slope), eager);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

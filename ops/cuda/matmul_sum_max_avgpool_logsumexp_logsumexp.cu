@@ -12,6 +12,7 @@
 
 #include "common/checks.h"
 #include "common/fold_cache.h"
+#include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 
 namespace fusedops {
@@ -142,10 +143,27 @@ __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
   if (threadIdx.x == 0) out[row] = static_cast<scalar_t>(total);
 }
 
+// "eager" numerics on a float16/bfloat16 model: out[i] = sum_j y[i, j], y the Linear output as
+// the reference writes it (each element rounded to scalar_t, common/numerics.h); the float32
+// sum is rounded once, as torch.sum writes it. One block per row.
+template <typename scalar_t>
+__global__ void eager_row_sum_kernel(const float* __restrict__ y, scalar_t* __restrict__ out,
+                                     int64_t n) {
+  __shared__ float scratch[kRowThreads / cuda::kWarpSize];
+  const float* yr = y + blockIdx.x * n;
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += yr[j];
+  sum = cuda::block_sum(sum, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>(sum);
+}
+
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const at::Tensor& bias,
-                                                           bool cache_folds) {
+                                                           bool cache_folds,
+                                                           c10::string_view numerics) {
+  const Numerics numerics_mode =
+      parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous();
@@ -154,6 +172,18 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
   const int64_t batch = xc.size(0), k = xc.size(1), n = wc.size(0);
   at::Tensor out = at::empty({batch, 1}, x.options());
   if (batch == 0) return out;
+  if (rounds_intermediates(numerics_mode, x.scalar_type() != at::kFloat &&
+                                              x.scalar_type() != at::kDouble)) {
+    // The fold never forms y[i, j], so eager runs the full GEMM: out_features times the
+    // fold's FLOPs (its cost is in docs/PERFORMANCE.md).
+    const at::Tensor y = linear_as_the_reference_writes_it(xc, wc, bc);
+    AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_row_sum", [&] {
+      eager_row_sum_kernel<scalar_t><<<batch, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          y.data_ptr<float>(), out.data_ptr<scalar_t>(), n);
+    });
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+  }
   const at::ScalarType acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const FoldTensors folded = fold_weights(FoldKind::kSumLinear, 0, {weight, bias}, cache_folds,
                                           [&] { return fold_sum(wc, bc, acc_dtype); });

@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 
 namespace fusedops {
 namespace {
@@ -13,7 +14,10 @@ at::Tensor gemm_scale_batchnorm_meta(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps, bool cache_folds) {
+                                     std::optional<double> momentum, double eps, bool cache_folds,
+                                     c10::string_view numerics) {
+  // Checked here too: a bad value fails when traced, not first when run.
+  parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training);
   return at::empty_symint({x.sym_size(0), weight.sym_size(0)}, x.options());

@@ -4,13 +4,17 @@
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 
 namespace fusedops {
 namespace {
 
 at::Tensor matmul_avgpool_gelu_scale_max_meta(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor, bool cache_folds) {
+                                              double scale_factor, bool cache_folds,
+                                              c10::string_view numerics) {
+  // Checked here too: a bad value fails when traced, not first when run.
+  parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   return at::empty_symint({x.sym_size(0)}, x.options());
 }

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 
 namespace fusedops {
 namespace {
@@ -11,7 +12,10 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_meta(const at::Tensor& x, const at::Te
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
                                                const at::Tensor& gn_bias, double eps,
-                                               double negative_slope, bool cache_folds) {
+                                               double negative_slope, bool cache_folds,
+                                               c10::string_view numerics) {
+  // Checked here too: a bad value fails when traced, not first when run.
+  parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   return at::empty_symint({x.sym_size(0), weight.sym_size(0)}, x.options());
 }

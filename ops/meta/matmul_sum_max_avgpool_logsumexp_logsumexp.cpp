@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "common/numerics.h"
 
 namespace fusedops {
 namespace {
@@ -10,7 +11,10 @@ namespace {
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_meta(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const at::Tensor& bias,
-                                                           bool cache_folds) {
+                                                           bool cache_folds,
+                                                           c10::string_view numerics) {
+  // Checked here too: a bad value fails when traced, not first when run.
+  parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   return at::empty_symint({x.sym_size(0), c10::SymInt(1)}, x.options());
 }

@@ -323,6 +323,27 @@ def test_info_json_document(model_repo):
     assert document["model_devices"] == ["cpu"] and document["device"] == "cpu"
 
 
+def test_info_shows_numerics(model_repo, tmp_path):
+    """--numerics is recorded in fusedops.json, and info shows it (text and --json); a file
+    without the key (the default export here says "accurate") reads as accurate."""
+    assert "numerics    accurate" in run_app("info", model_file(model_repo, "62")).stdout
+    repo = tmp_path / "eager_repo"
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--formats",
+                    "pt", "--models", "62", "--dtype", "bfloat16", "--numerics", "eager",
+                    "--output", str(repo)],
+                   cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True, text=True)
+    path = model_file(repo, "62")
+    extra = {"fusedops.json": ""}
+    scripted = torch.jit.load(str(path), _extra_files=extra)
+    assert json.loads(extra["fusedops.json"])["numerics"] == "eager"
+    assert scripted.numerics == "eager"
+    assert "numerics    eager" in run_app("info", path).stdout
+    document = json.loads(run_app("info", path, "--json").stdout)
+    assert document["numerics"] == "eager" and document["metadata"]["numerics"] == "eager"
+    # The exported bfloat16 model with eager numerics meets the check against the reference.
+    run_app("check", path)
+
+
 def test_check_json_document(model_repo, tmp_path):
     result = run_app("check", model_repo, "--json")
     document = json.loads(result.stdout)

@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/util/string_view.h>
+
 #include <optional>
 #include <tuple>
 
@@ -20,18 +22,26 @@ const char* version();
 // from the weights (model 98's pooled Linear, model 18's column sums, the 3xTF32 split of W)
 // while the weights stay the same; false computes them afresh on every call (exact, uncached),
 // for hosts that write weights behind PyTorch's back.
+//
+// Every model operator also takes numerics: "accurate" (the default) keeps intermediates in the
+// accumulation dtype (float32 for float16/bfloat16 models) and rounds only the result; "eager"
+// rounds each intermediate to the model's dtype where the reference's own ops write it, to
+// match a reference run in float16/bfloat16 (docs/MODELS.md). Other values throw. float32 and
+// float64 models compute the same either way.
 
 // Model 98: max_j( scale_factor * gelu( avg_pool_k(x W^T + b) )_j ), x: (B, in) -> (B,).
 at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                          const at::Tensor& bias, int64_t pool_kernel_size,
-                                         double scale_factor, bool cache_folds = true);
+                                         double scale_factor, bool cache_folds = true,
+                                         c10::string_view numerics = "accurate");
 
 // Model 18: sum_j (x W^T + b)_j; the max/mean/logsumexp chain over a size-1 dim is identity.
 // x: (B, in) -> (B, 1).
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
                                                       const at::Tensor& weight,
                                                       const at::Tensor& bias,
-                                                      bool cache_folds = true);
+                                                      bool cache_folds = true,
+                                                      c10::string_view numerics = "accurate");
 
 // Model 39: BatchNorm1d((x W^T + b) * scale). In training mode uses batch statistics and
 // updates running_mean, running_var and num_batches_tracked in place (momentum = nullopt
@@ -42,14 +52,16 @@ at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
                                 at::Tensor& running_mean, at::Tensor& running_var,
                                 at::Tensor& num_batches_tracked, bool training,
                                 std::optional<double> momentum, double eps,
-                                bool cache_folds = true);
+                                bool cache_folds = true,
+                                c10::string_view numerics = "accurate");
 
 // Model 62: 2 * leaky_relu(GroupNorm(x W^T + b)). x: (B, input) -> (B, hidden).
 at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
                                           const at::Tensor& bias, int64_t num_groups,
                                           const at::Tensor& gn_weight, const at::Tensor& gn_bias,
                                           double eps, double negative_slope,
-                                          bool cache_folds = true);
+                                          bool cache_folds = true,
+                                c10::string_view numerics = "accurate");
 
 // Helper: a Linear followed by AvgPool1d(k) is the Linear whose rows (and bias entries) are
 // the means of each k consecutive rows; the last out % k rows are dropped.

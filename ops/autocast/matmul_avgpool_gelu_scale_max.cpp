@@ -1,0 +1,40 @@
+// Autocast for model 98. The reference under autocast: linear in the autocast dtype, then
+// avg_pool1d, gelu, `* scale_factor` and max, none of them on a policy list, all in that dtype.
+// So every tensor goes to the autocast dtype and the result stays in it.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "autocast/autocast_helpers.h"
+#include "fusedops/fusedops.h"
+
+namespace fusedops {
+namespace {
+
+template <c10::DeviceType device_type>
+at::Tensor matmul_avgpool_gelu_scale_max_autocast(const at::Tensor& x, const at::Tensor& weight,
+                                                  const at::Tensor& bias,
+                                                  int64_t pool_kernel_size, double scale_factor,
+                                                  bool cache_folds, c10::string_view numerics) {
+  const autocast::AutocastCall<device_type> call;
+  if (!call.casts(x)) {
+    return matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size, scale_factor,
+                                         cache_folds, numerics);
+  }
+  return matmul_avgpool_gelu_scale_max(call.to_autocast_dtype(x), call.to_autocast_dtype(weight),
+                                       call.to_autocast_dtype(bias), pool_kernel_size,
+                                       scale_factor, cache_folds, numerics);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, AutocastCPU, m) {
+  m.impl("matmul_avgpool_gelu_scale_max",
+         &matmul_avgpool_gelu_scale_max_autocast<c10::DeviceType::CPU>);
+}
+
+TORCH_LIBRARY_IMPL(fusedops, AutocastCUDA, m) {
+  m.impl("matmul_avgpool_gelu_scale_max",
+         &matmul_avgpool_gelu_scale_max_autocast<c10::DeviceType::CUDA>);
+}
+
+}  // namespace fusedops

@@ -1,0 +1,50 @@
+// The `numerics` argument every model operator takes (docs/MODELS.md, "Numerics"):
+//   "accurate" (the default): intermediates stay in the accumulation dtype (float32 for
+//     float16/bfloat16 models) and only the result is rounded: closer to float64 than the
+//     reference run in half precision.
+//   "eager": every intermediate is rounded to the model's dtype where the reference's own ops
+//     write it (the Linear output, the scale product, the normalization output, the pooled
+//     values, GELU, ...), as Inductor's emulate_precision_casts does, so that a check against
+//     the reference run in float16/bfloat16 sees the reference's own roundings. For float32 and
+//     float64 models the two are the same computation.
+// Parsed once here; every backend (CPU, CUDA, Meta, Autograd, Autocast) calls parse_numerics.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/macros/Macros.h>
+#include <c10/util/string_view.h>
+
+namespace fusedops {
+
+enum class Numerics { kAccurate, kEager };
+
+// "accurate" -> kAccurate, "eager" -> kEager; anything else throws
+// "<op>: numerics must be \"accurate\" or \"eager\", got \"<value>\"".
+Numerics parse_numerics(const char* op, c10::string_view numerics);
+
+// Whether a kernel for a model of dtype `model_dtype_is_reduced` (float16/bfloat16: narrower
+// than its accumulation dtype) rounds its intermediates: only "eager" on a reduced dtype does;
+// for float32/float64 models the accumulation dtype is the model's dtype and there is nothing
+// to round.
+inline bool rounds_intermediates(Numerics numerics, bool model_dtype_is_reduced) {
+  return numerics == Numerics::kEager && model_dtype_is_reduced;
+}
+
+// "eager": the Linear output x W^T + b exactly as the reference's nn.Linear writes it: ATen's
+// own GEMM in the model's dtype (at::linear, the call F.linear makes), widened to the
+// accumulation dtype for the epilogue. Only the same GEMM gives the same rounding of every
+// element: a GEMM of our own accumulates in another order, which flips the rounding of about
+// one element in 10^4, and a normalization after it (models 39, 62) amplifies such a flip past
+// the 1e-2 bar. The epilogue after it is ours.
+at::Tensor linear_as_the_reference_writes_it(const at::Tensor& x, const at::Tensor& weight,
+                                             const at::Tensor& bias);
+
+// One intermediate as the reference stores it: with `eager`, v rounded to the model's dtype
+// scalar_t (and widened back for the next step); otherwise v unchanged. CPU and CUDA kernels
+// share it, so both round at the same places.
+template <typename scalar_t, typename acc_t>
+C10_HOST_DEVICE inline acc_t stored_as(acc_t v, bool eager) {
+  return eager ? static_cast<acc_t>(static_cast<scalar_t>(v)) : v;
+}
+
+}  // namespace fusedops
