@@ -6,6 +6,7 @@
 
 #include <fusedops/fusedops.h>
 
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -37,7 +38,16 @@ TEST(Registration, EveryOperatorHasSchemaCpuAndMetaKernels) {
   }
 }
 
-TEST(Api, Version) { EXPECT_EQ(std::string(fusedops::version()), "0.1.0"); }
+// The library reports the release in the VERSION file (the one version source), read here as
+// text so that a stale build or a second hard-coded copy cannot pass.
+TEST(Api, Version) {
+  std::ifstream file(FUSEDOPS_VERSION_FILE);
+  ASSERT_TRUE(file) << "cannot read " << FUSEDOPS_VERSION_FILE;
+  std::string release;
+  file >> release;
+  ASSERT_FALSE(release.empty());
+  EXPECT_EQ(std::string(fusedops::version()), release);
+}
 
 TEST(Api, ClearFoldCacheKeepsResultsRight) {
   at::manual_seed(11);
