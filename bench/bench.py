@@ -138,6 +138,7 @@ def rel_err(out, ref):
 def bench_config(key, init_args, batch, dtype, args, compile_here):
     prob = PROBLEMS[key]
     device = args.device
+    torch.ops.fusedops.clear_fold_cache()  # fold_bytes below: this model's folds alone
     torch.manual_seed(0)
     ref = prob.model(*init_args).to(device)
     new = prob.model_new(*init_args).to(device)
@@ -160,9 +161,11 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
         variants = {"eager": ref, "modelnew": new, "scripted": scripted}
         if compile_here:
             torch._dynamo.reset()
-            variants["compile"] = torch.compile(copy.deepcopy(ref))
-            variants["compile_maxat"] = torch.compile(copy.deepcopy(ref),
-                                                      mode="max-autotune-no-cudagraphs")
+            if "default" in args.compile_modes:
+                variants["compile"] = torch.compile(copy.deepcopy(ref))
+            if "max-autotune-no-cudagraphs" in args.compile_modes:
+                variants["compile_maxat"] = torch.compile(copy.deepcopy(ref),
+                                                          mode="max-autotune-no-cudagraphs")
         row = {"model": key, "batch": batch, "dtype": str(dtype).replace("torch.", ""),
                "mode": "train" if train else "eval",
                "init_args": list(init_args) if key != "39" else [init_args[0], init_args[1]]}
@@ -172,6 +175,8 @@ def bench_config(key, init_args, batch, dtype, args, compile_here):
                 out = mod(inputs[0])
                 row[name + "_err"] = rel_err(out, ref_out)
                 row[name + "_ms"] = timed(mod, inputs, args.reps)
+                if name == "modelnew":  # what ModelNew holds beyond the reference's parameters
+                    row["fold_bytes"] = torch.ops.fusedops.fold_cache_stats()["bytes"]
                 if name.startswith("compile"):
                     row[name + "_wall_s"] = round(time.time() - t0, 1)
             except Exception as e:  # report, keep benchmarking the rest
@@ -240,7 +245,7 @@ def print_table(rows, ceil, device):
 CSV_COLUMNS = ["model", "mode", "batch", "in_features", "out_features", "dtype", "eager_ms",
                "compile_ms", "compile_maxat_ms", "modelnew_ms", "scripted_ms", "floor_ms",
                "x_vs_eager", "x_vs_compile", "x_vs_compile_maxat", "modelnew_err", "eager_err",
-               "eager_tf32_ms", "modelnew_tf32_ms", "x_vs_eager_tf32"]
+               "eager_tf32_ms", "modelnew_tf32_ms", "x_vs_eager_tf32", "fold_bytes"]
 
 
 def write_csv(path, rows):
@@ -320,6 +325,10 @@ def main(argv=None):
     p.add_argument("--compile-batches", default="1024",
                    help="batches at which torch.compile variants run (each compile costs ~1 min "
                         "on the GPU machine; default: %(default)s)")
+    p.add_argument("--compile-modes", default="default,max-autotune-no-cudagraphs",
+                   help="torch.compile modes to time (default: %(default)s)")
+    p.add_argument("--compile-dtypes", default="float32",
+                   help="dtypes at which torch.compile variants run (default: %(default)s)")
     p.add_argument("--no-compile", action="store_true",
                    help="skip torch.compile at every batch")
     p.add_argument("--no-tf32", dest="tf32", action="store_false",
@@ -335,6 +344,11 @@ def main(argv=None):
                    help="draw ModelNew's speedup against eager and torch.compile per model and "
                         "batch (needs matplotlib)")
     args = p.parse_args(argv)
+    args.compile_modes = comma_list(args.compile_modes)
+    bad = [m for m in args.compile_modes if m not in ("default", "max-autotune-no-cudagraphs")]
+    if bad:
+        p.error(f"--compile-modes: unknown {', '.join(bad)}; expected default and/or "
+                "max-autotune-no-cudagraphs")
     if args.reps < 1:
         p.error(f"--reps must be at least 1, got {args.reps}")
     unknown = [k for k in comma_list(args.models) if k not in PROBLEMS]
@@ -360,8 +374,8 @@ def main(argv=None):
             configs.append(("39", BENCH_39_LARGE["init_args"], BENCH_39_LARGE["batch_size"],
                             torch.float32))
     for key, init_args, b, dt in configs:
-        compile_here = dt == torch.float32 and (b in compile_batches or
-                                                (key == "39" and b == 16384 and compile_batches))
+        compile_here = str(dt).replace("torch.", "") in comma_list(args.compile_dtypes) and (
+            b in compile_batches or (key == "39" and b == 16384 and compile_batches))
         t0 = time.time()
         row = bench_config(key, init_args, b, dt, args, compile_here)
         if ceil:

@@ -206,3 +206,55 @@ def test_forcing_engine_elsewhere_is_an_error(monkeypatch):
     ref, new = model39(256, 128)
     with pytest.raises(RuntimeError, match="FUSEDOPS_FP32_GEMM=3xfp16 needs an sm_90 GPU"):
         new(make_input((64, 256), "rand", device="cuda"))
+
+
+# Model 98 runs the engine split over K with its epilogue (pooled bias, GELU, scale, row max)
+# fused into the K-slices' combination: y is never written, and the rows the guard rejects are
+# recomputed exactly inside that epilogue. (in, out, pool): pooled widths 256, 520 and 52 (a
+# multiple of 4, as the engine needs), odd K, a pool that leaves rows over.
+SIZES_98 = [(128, 4096, 4096, 16), (300, 513, 2083, 4), (77, 1001, 366, 7)]
+
+
+def model98(k, out, pool, scale=-1.5):
+    return make_pair("98", (k, out, pool, scale), device="cuda")
+
+
+@requires_hopper
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("m,k,out_f,pool", SIZES_98, ids=[f"{m}x{k}x{o}p{p}" for m, k, o, p in SIZES_98])
+def test_engine_fused_epilogue_98(engine, m, k, out_f, pool, dist):
+    ref, new = model98(k, out_f, pool)
+    x = make_input((m, k), dist, device="cuda")
+    out, expected, expected64, _ = run_trio(ref, new, x)
+    assert_float32(out, expected, expected64)
+
+
+@requires_hopper
+@pytest.mark.parametrize("kind", KINDS)
+def test_adversarial_rows_98(engine, kind):
+    m, k = 128, 4096
+    ref, new = model98(k, 1024, 4)
+    x = make_input((m, k), "randn", device="cuda")
+    for i in (0, m // 2 + 1, m - 1):
+        x[i] = adversarial_row(kind, k, "cuda")
+    out, expected, expected64, _ = run_trio(ref, new, x)
+    # One output per row: nan where the reference has nan, the same infinities, and the float32
+    # contract on the rows the reference computes finite.
+    assert torch.equal(torch.isnan(out), torch.isnan(expected))
+    assert_within_tolerance(out, expected, tolerance_for(torch.float32), expected64)
+    finite = torch.isfinite(expected)
+    assert finite.sum() >= m - 3
+    assert_float32(out[finite], expected[finite], expected64[finite])
+
+
+@requires_hopper
+def test_rows_far_apart_keep_their_bits(engine):
+    """Each row of x has its own scale: rows 2^100 above and below the rest, all within the
+    contract (with one scale for all of x, every other row would sit in fp16's subnormals and
+    take the slow exact path)."""
+    ref, new = model39(2048, 512)
+    x = make_input((256, 2048), "randn", device="cuda")
+    x[7] *= 2.0 ** 100
+    x[9] *= 2.0 ** -100
+    out, expected, expected64, _ = run_trio(ref, new, x)
+    assert_float32(out, expected, expected64)

@@ -1,26 +1,32 @@
 // The 3xFP16 GEMM engine: float32-accurate y = x W^T at the fp16 tensor-core rate on Hopper.
 //
-// Each float32 operand v is scaled by a power of two (exact) so that its tensor's largest value
-// sits in [2^14, 2^15), then split into two fp16 numbers: hi = fp16(v) and lo = fp16((v - hi) *
-// 2^11), together 22 significant bits. Then
-//   x W^T = 2^-(sx+sw) * (x_hi W_hi^T + 2^-11 (x_hi W_lo^T + x_lo W_hi^T)),
+// Each float32 operand v is scaled by a power of two (exact) so that its largest value sits in
+// [2^14, 2^15): x row by row (each row of x its own scale, so that one row's magnitude never
+// costs another row bits), W as a whole. Each scaled value is split into two fp16 numbers:
+// hi = fp16(v) and lo = fp16((v - hi) * 2^11), together 22 significant bits. Then, for row r,
+//   y[r] = alpha_r * (x_hi W_hi^T + 2^-11 (x_hi W_lo^T + x_lo W_hi^T))[r],  alpha_r = 2^-(sx_r+sw),
 // computed as two fp16 GEMMs: the cross terms as one GEMM over 2K ([x_hi | x_lo] against
 // [W_lo | W_hi]), and the main term x_hi W_hi^T with per-K-step promotion into float32 registers,
-// whose epilogue adds the scaled cross terms (mainloop_3xfp16_sm90.h). Error at 1024 x 8192 x
-// 8192: see docs/PERFORMANCE.md.
+// whose epilogue applies the per-row alpha and beta = alpha 2^-11 (mainloop_3xfp16_sm90.h).
+// Error at 1024 x 8192 x 8192: see docs/PERFORMANCE.md.
 //
 // Pieces, each named:
 //   weight preparation  prepare_weight_3xfp16: scale + split of W, cached as ONE fold
 //                       (FoldKind::kSplit3xFp16; the fp16 pair is one W's bytes), with W's range
 //                       check done once there.
-//   activation split    per call, on the GPU (scale from x's max, read on the GPU: no host sync).
+//   activation split    per call, on the GPU, one pass over x: a block reads its row's range,
+//                       then splits the row (the second read hits L2); no host sync.
 //   range guard         rows of x the split cannot carry at float32 accuracy (inf/nan; a row
-//                       whose largest value sits more than 2^26 below x's largest, so that its
-//                       scaled values fall into fp16's subnormals; a row whose nonzero values
-//                       span more than 2^30) are listed on the GPU and recomputed afterwards by
-//                       an exact float32 kernel (fixup_rows). A weight
-//                       that fails the same check (found once, when its fold is made) sends the
-//                       whole GEMM to the exact cuBLAS path instead (linear_gemm.cu).
+//                       whose nonzero values span more than 2^30; a row whose scale would leave
+//                       float32's normal range) get alpha = 0, are listed on the GPU and are
+//                       recomputed exactly in float64 afterwards (fixup_rows, or the fused
+//                       epilogue of an operator: epilogue_3xfp16.cuh). A weight that fails the
+//                       same check (found once, when its fold is made) sends the whole GEMM to
+//                       the exact cuBLAS path instead (linear_gemm.cu).
+//   mainloops           mainloop_3xfp16_sm90.h (CUTLASS SM90 pieces).
+//   epilogues           y itself (per-row alpha/beta in the promoted GEMM's epilogue, or the
+//                       split-K combination), or the raw K-slice partials for an operator that
+//                       fuses its own epilogue (linear_nt_3xfp16_partials).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -38,5 +44,22 @@ bool can_run_3xfp16(int64_t m, int64_t n, int64_t k);
 // the range check: the caller then runs its exact path.
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, at::Tensor& y);
+
+// The product left before its combination, for an operator whose epilogue needs whole rows of
+// y (model 98: the pooled GELU and the row max) and so combines the K-slices itself, in the
+// same pass (Partials3xFp16View in epilogue_3xfp16.cuh reads them; guarded rows, alpha 0, are
+// the epilogue's to recompute exactly). Saves writing y and reading it back.
+struct Partials3xFp16 {
+  at::Tensor partials;  // float32, (cross_slices + main_slices) slices of M x N, cross first
+  at::Tensor guard;     // per-row alpha and beta, guarded rows (layout: epilogue_3xfp16.cuh)
+  int cross_slices = 0;
+  int main_slices = 0;
+};
+
+// As linear_nt_3xfp16, but leaves `out` instead of y. Returns false when the weight fails the
+// range check (out untouched).
+bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& weight_key, bool cache_folds,
+                               Partials3xFp16& out);
 
 }  // namespace fusedops::cuda::gemm

@@ -35,8 +35,9 @@ inline constexpr int kCrossTileN = 256;
 void cross_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
                      cudaStream_t stream);
 
-// d = alpha * (a . b^T) + beta * c (batches == 1; c may be d), with alpha and beta read from
-// device memory (the scales are computed on the GPU: no host round trip). The product is
+// d[r] = alpha[r] * (a . b^T)[r] + beta[r] * c[r] (batches == 1; c may be d), with alpha and
+// beta per row (M floats each, 16-byte aligned) in device memory: the per-row scales of x's
+// split, computed on the GPU (no host round trip). The product is
 // "promoted": the tensor cores' partial of every 64-wide K step is added into a float32
 // register accumulator, which keeps the long sum as accurate as float32 arithmetic (issue 11:
 // error 9.7e-6 at K = 8192 without, 2.5e-7 with).

@@ -21,6 +21,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/thread/activation.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -44,13 +45,20 @@ using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using ProblemShape = Shape<int, int, int, int>;
 
-// ElementC void: no source operand (d = acc).
-template <class TileShape, class ElementC>
+// d = acc (ElementC void: no source operand), or d = alpha * acc + beta * c (scalars).
+template <class ElementC>
+using LinearCombination = cutlass::epilogue::fusion::LinearCombination<float, float, ElementC, float>;
+
+// d = alpha_r * acc + beta_r * c with alpha and beta vectors over the rows (M): the per-row
+// scales of x's split.
+using PerRowLinearCombination = cutlass::epilogue::fusion::PerRowLinCombPerRowBiasEltAct<
+    cutlass::epilogue::thread::Identity, float, float, float, float, float, kAlignOut, kAlignOut>;
+
+template <class TileShape, class ElementC, class FusionOp = LinearCombination<ElementC>>
 using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlignOut,
-    float, LayoutD, kAlignOut, EpilogueSchedule,
-    cutlass::epilogue::fusion::LinearCombination<float, float, ElementC, float>>::CollectiveOp;
+    float, LayoutD, kAlignOut, EpilogueSchedule, FusionOp>::CollectiveOp;
 
 template <class TileShape, class Epi>
 using PlainMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
