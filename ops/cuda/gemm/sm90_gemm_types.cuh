@@ -14,6 +14,7 @@
 // which measured 59 us for model 98's cross GEMM (17 GFLOP).
 #pragma once
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -88,13 +89,44 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
 // wgmma issues four k16 instructions per 64-wide K step: promote after each step.
 constexpr uint32_t kPromotionInterval = kTileK / 16;
 
+// The SM count of the current device, read once per device (a driver query per launch showed
+// up in model 98's host time, which is as long as its GPU time).
 inline int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> counts[kMaxDevices] = {};
   int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the current device");
+  }
+  if (device < kMaxDevices && (count = counts[device].load(std::memory_order_relaxed)) > 0) return count;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the SM count");
   }
+  if (device < kMaxDevices) counts[device].store(count, std::memory_order_relaxed);
   return count;
+}
+
+// Opts kernel K into its dynamic shared memory once per device. CUTLASS's device adapter does
+// this on every launch (cudaFuncSetAttribute, a driver call); the attribute is per function
+// and device and never changes, so setting it twice from racing threads is harmless.
+template <class Kernel>
+void set_shared_memory_once() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the current device");
+  }
+  if (device < kMaxDevices && done[device].load(std::memory_order_acquire)) return;
+  const int bytes = Kernel::SharedStorageSize;
+  if (bytes >= (48 << 10) &&
+      cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+    throw std::runtime_error(std::string("fusedops 3xfp16 GEMM: cannot opt into ") +
+                             std::to_string(bytes) + " bytes of shared memory: " +
+                             cudaGetErrorString(cudaGetLastError()));
+  }
+  if (device < kMaxDevices) done[device].store(true, std::memory_order_release);
 }
 
 template <class G>
@@ -122,8 +154,7 @@ typename G::Arguments make_arguments(const Fp16GemmShape& s, const void* a, cons
 
 template <class G>
 void run(typename G::Arguments& args, cudaStream_t stream, const char* name) {
-  G gemm;
-  cutlass::Status status = gemm.can_implement(args);
+  const cutlass::Status status = G::can_implement(args);
   if (status != cutlass::Status::kSuccess) {
     throw std::runtime_error(std::string("fusedops ") + name + ": CUTLASS cannot run this shape: " +
                              cutlassGetStatusString(status));
@@ -134,10 +165,29 @@ void run(typename G::Arguments& args, cudaStream_t stream, const char* name) {
     throw std::runtime_error(std::string("fusedops ") + name + ": unexpected workspace of " +
                              std::to_string(G::get_workspace_size(args)) + " bytes");
   }
-  status = gemm.run(args, nullptr, stream);
-  if (status != cutlass::Status::kSuccess) {
+  // The kernel's parameters (TMA descriptors) from the arguments, then a cluster launch: what
+  // GemmUniversalAdapter::run does, without the two cudaFuncSetAttribute calls it makes on
+  // every launch (shared-memory opt-in, non-portable cluster sizes: a 2 x 1 cluster is
+  // portable). Model 98's host time per call is as long as its GPU time, so they showed.
+  using Kernel = typename G::GemmKernel;
+  set_shared_memory_once<Kernel>();
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = size<0>(ClusterShape{});
+  cluster.val.clusterDim.y = size<1>(ClusterShape{});
+  cluster.val.clusterDim.z = size<2>(ClusterShape{});
+  cudaLaunchConfig_t config{};
+  config.gridDim = Kernel::get_grid_shape(params);
+  config.blockDim = Kernel::get_block_shape();
+  config.dynamicSmemBytes = Kernel::SharedStorageSize;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, cutlass::device_kernel<Kernel>, params);
+  if (launched != cudaSuccess) {
     throw std::runtime_error(std::string("fusedops ") + name + ": launch failed: " +
-                             cutlassGetStatusString(status));
+                             cudaGetErrorString(launched));
   }
 }
 
