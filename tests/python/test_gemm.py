@@ -80,7 +80,7 @@ def adversarial_row(kind, k, device):
         row[k - 1] = float("nan")
     elif kind == "zeros":
         row.zero_()
-    elif kind == "huge":  # one huge element: every other row sits far below x's maximum
+    elif kind == "huge":  # one huge element: the row spans > 2^30 (guarded), the others unharmed
         row[k // 2] = 3e30
     else:
         raise ValueError(kind)
