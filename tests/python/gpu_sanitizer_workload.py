@@ -19,6 +19,25 @@ CASES = [  # odd widths, a pool that does not divide, tiny groups, batch 3
 ]
 
 
+def engine_case(key, init_args, m, k, label):
+    """One forward through the forced 3xFP16 engine with guarded and zero rows, in eval mode,
+    against the reference; prints and returns whether it matched."""
+    prob = PROBLEMS[key]
+    ref = prob.model(*init_args).cuda().eval()
+    new = prob.model_new(*init_args).cuda().eval()
+    new.load_state_dict(ref.state_dict())
+    x = torch.randn(m, k, device="cuda")
+    x[1, 3] = float("inf")
+    x[2] *= 2.0 ** -140
+    x[3] = 0.0
+    with torch.no_grad():
+        out_ref, out_new = ref(x), new(x)
+    torch.cuda.synchronize()
+    ok = torch.allclose(out_new, out_ref, atol=1e-4, rtol=1e-4, equal_nan=True)
+    print(f"{label}: {'ok' if ok else 'MISMATCH'}")
+    return ok
+
+
 def main():
     failures = 0
     torch.manual_seed(0)
@@ -39,41 +58,15 @@ def main():
                                          atol=tol, rtol=tol)
                 print(f"{key} {init_args} {dtype} batch {batch}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
-    # The 3xFP16 engine (Hopper): forced at a small size with split-K active (two output tiles),
-    # rows the range guard sends to the exact fixup (inf, a tiny row) and a zero row.
+    # The 3xFP16 engine (Hopper), forced at small sizes: model 39 with split-K active (two
+    # output tiles) and without; model 98, whose fused epilogue sums the K-slices itself (pooled
+    # width 52, odd K, a pool leaving rows over). Rows the range guard sends to the exact path
+    # (inf, a denormal row whose scale leaves float32's range) and a zero row.
     if torch.cuda.get_device_capability() == (9, 0):
         os.environ["FUSEDOPS_FP32_GEMM"] = "3xfp16"
-        prob = PROBLEMS["39"]
         for m, n, k in ((128, 256, 1024), (300, 260, 513)):
-            ref = prob.model(k, n, (n,)).cuda().eval()
-            new = prob.model_new(k, n, (n,)).cuda().eval()
-            new.load_state_dict(ref.state_dict())
-            x = torch.randn(m, k, device="cuda")
-            x[1, 3] = float("inf")
-            x[2] *= 2.0 ** -140  # a denormal row: its scale leaves float32's range
-            x[3] = 0.0
-            with torch.no_grad():
-                out_ref, out_new = ref(x), new(x)
-            torch.cuda.synchronize()
-            ok = torch.allclose(out_new, out_ref, atol=1e-4, rtol=1e-4, equal_nan=True)
-            print(f"39 eval 3xfp16 {m}x{n}x{k}: {'ok' if ok else 'MISMATCH'}")
-            failures += not ok
-        # Model 98: the engine's K-slices combined inside its fused epilogue, guarded rows
-        # recomputed there (pooled width 52, odd K, a pool leaving rows over).
-        prob = PROBLEMS["98"]
-        ref = prob.model(1001, 366, 7, -1.5).cuda()
-        new = prob.model_new(1001, 366, 7, -1.5).cuda()
-        new.load_state_dict(ref.state_dict())
-        x = torch.randn(77, 1001, device="cuda")
-        x[1, 3] = float("inf")
-        x[2] *= 2.0 ** -140
-        x[3] = 0.0
-        with torch.no_grad():
-            out_ref, out_new = ref(x), new(x)
-        torch.cuda.synchronize()
-        ok = torch.allclose(out_new, out_ref, atol=1e-4, rtol=1e-4, equal_nan=True)
-        print(f"98 3xfp16 77x366x1001: {'ok' if ok else 'MISMATCH'}")
-        failures += not ok
+            failures += not engine_case("39", (k, n, (n,)), m, k, f"39 eval 3xfp16 {m}x{n}x{k}")
+        failures += not engine_case("98", (1001, 366, 7, -1.5), 77, 1001, "98 3xfp16 77x366x1001")
         del os.environ["FUSEDOPS_FP32_GEMM"]
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")

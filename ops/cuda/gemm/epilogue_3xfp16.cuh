@@ -28,9 +28,9 @@ struct GuardLayout {
   __host__ __device__ int64_t size() const { return 4 + 2 * padded() + m; }
 };
 
-// Reads y[row, col] out of split-K partials: the slices summed in slice order (deterministic),
-// then alpha_r * main + beta_r * cross (what the unsplit path does in the promoted GEMM's
-// epilogue). 0 for a guarded row.
+// Reads y out of split-K partials: the slices summed in slice order (deterministic), then
+// alpha_r * main + beta_r * cross (what the unsplit path does in the promoted GEMM's epilogue).
+// 0 for a guarded row.
 struct Partials3xFp16View {
   const float* partials;
   int cross_slices, main_slices;
@@ -41,18 +41,7 @@ struct Partials3xFp16View {
 
   __device__ __forceinline__ bool guarded(int64_t row) const { return alpha[row] == 0.0f; }
 
-  __device__ __forceinline__ float at(int64_t row, int64_t col) const {
-    const int64_t i = row * n + col;
-    float c = partials[i];
-    for (int s = 1; s < cross_slices; ++s) c += partials[s * count + i];
-    const float* main = partials + cross_slices * count;
-    float m = main[i];
-    for (int s = 1; s < main_slices; ++s) m += main[s * count + i];
-    return fmaf(alpha[row], m, beta[row] * c);
-  }
-
-  // y[row, col .. col + 3], 16-byte loads (N a multiple of 4, as the engine requires): the same
-  // sums in the same order as at().
+  // y[row, col .. col + 3], 16-byte loads (N a multiple of 4, as the engine requires).
   __device__ __forceinline__ float4 at4(int64_t row, int64_t col) const {
     const int64_t i = row * n + col;
     float4 c = load(i), m = load(cross_slices * count + i);

@@ -316,13 +316,14 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 }
 
 // The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each).
-void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, Partials3xFp16& out) {
+void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cross_slices,
+                  int main_slices, Partials3xFp16& out) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Half* xp = ops.x_pair.data_ptr<at::Half>();
   const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n);
-  out.cross_slices = choose_slices(m, n, 2 * kp, kCrossTileN);
-  out.main_slices = choose_slices(m, n, kp, kPromotedTileN);
+  out.cross_slices = cross_slices;
+  out.main_slices = main_slices;
   out.guard = ops.guard;
   out.partials =
       at::empty({(out.cross_slices + out.main_slices) * m * n}, ops.guard.options().dtype(at::kFloat));
@@ -361,7 +362,11 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, ops)) return false;
-  with_sizes(m, n, k, [&] { run_partials(ops, m, n, padded_k(k), out); });
+  const int64_t kp = padded_k(k);
+  with_sizes(m, n, k, [&] {
+    run_partials(ops, m, n, kp, choose_slices(m, n, 2 * kp, kCrossTileN),
+                 choose_slices(m, n, kp, kPromotedTileN), out);
+  });
   return true;
 }
 
@@ -374,8 +379,10 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
   const GuardLayout layout{m};
   const int* g = ops.guard.data_ptr<int>();
   float* out = y.data_ptr<float>();
+  const int cross_slices = choose_slices(m, n, 2 * kp, kCrossTileN);
+  const int main_slices = choose_slices(m, n, kp, kPromotedTileN);
   with_sizes(m, n, k, [&] {
-    if (choose_slices(m, n, 2 * kp, kCrossTileN) == 1 && choose_slices(m, n, kp, kPromotedTileN) == 1) {
+    if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
       // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
       // writing).
@@ -389,7 +396,7 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                          reinterpret_cast<const float*>(g + layout.beta()), stream);
     } else {
       Partials3xFp16 partials;
-      run_partials(ops, m, n, kp, partials);
+      run_partials(ops, m, n, kp, cross_slices, main_slices, partials);
       const Partials3xFp16View view{partials.partials.data_ptr<float>(), partials.cross_slices,
                                     partials.main_slices, n, m * n,
                                     reinterpret_cast<const float*>(g + layout.alpha()),
