@@ -35,6 +35,7 @@
 #include "common/fold_cache.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/gemm/gemm_3xfp16.h"
+#include "cuda/gemm/gemm_half.h"
 
 namespace fusedops::cuda {
 namespace {
@@ -331,6 +332,48 @@ Fp32GemmMode choose_fp32_gemm_mode(int64_t m, int64_t n, int64_t k) {
   }
   const bool large = m >= kMin3xTf32M && n >= kMin3xTf32N && k >= chunk_size();
   return large ? Fp32GemmMode::k3xTf32 : Fp32GemmMode::kIeee;
+}
+
+bool use_fused_half_gemm(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                         bool epilogue_ok) {
+  TORCH_INTERNAL_ASSERT(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const char* setting = std::getenv("FUSEDOPS_HALF_GEMM");
+  const bool forced = setting && std::strcmp(setting, "fused") == 0;
+  if (setting && !forced) {
+    if (std::strcmp(setting, "cublas") == 0) return false;
+    TORCH_CHECK(std::strcmp(setting, "auto") == 0,
+                "fusedops: FUSEDOPS_HALF_GEMM must be auto, cublas or fused, got ", setting);
+  }
+  const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
+  // TMA reads rows of 16-byte granules from 16-byte aligned addresses; the epilogue stores
+  // pairs of channels (4 bytes).
+  auto aligned = [](const at::Tensor& t, int64_t bytes) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
+  };
+  const char* why_not = nullptr;
+  if (!gemm::sm90_kernels_built()) {
+    why_not = "this build has no sm_90a kernels";
+  } else if (at::cuda::getCurrentDeviceProperties()->major != 9 ||
+             at::cuda::getCurrentDeviceProperties()->minor != 0) {
+    why_not = "the device is not sm_90";
+  } else if (!epilogue_ok) {
+    why_not = "the operator's epilogue cannot take these sizes";
+  } else if (k == 0 || k % 8 != 0 || !x.is_contiguous() || !weight.is_contiguous() ||
+             !aligned(x, 16) || !aligned(weight, 16)) {
+    why_not =
+        "x and weight must be contiguous, 16-byte aligned, with in_features a positive multiple "
+        "of 8";
+  } else if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
+    why_not = "sizes must fit 32 bits";
+  }
+  TORCH_CHECK(!forced || why_not == nullptr, "fusedops ", op,
+              ": FUSEDOPS_HALF_GEMM=fused cannot run here: ", why_not, " (got m=", m, ", n=", n,
+              ", k=", k, ")");
+  if (why_not != nullptr) return false;
+  if (forced) return true;
+  const int64_t tiles =
+      ceil_div(m, int64_t{gemm::kHalfTileM}) * ceil_div(n, int64_t{gemm::kHalfTileN});
+  return tiles >= at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 }
 
 at::Tensor linear_nt(const at::Tensor& x_any, const at::Tensor& weight_any, bool cache_folds) {

@@ -31,4 +31,14 @@ Fp32GemmMode choose_fp32_gemm_mode(int64_t m, int64_t n, int64_t k);
 // cache_folds.
 at::Tensor linear_nt(const at::Tensor& x, const at::Tensor& weight, bool cache_folds);
 
+// Whether a float16/bfloat16 operator runs its GEMM with its epilogue fused (gemm/gemm_half.h)
+// instead of linear_nt followed by its own epilogue kernel. `epilogue_ok`: the operator's
+// epilogue can take these sizes (e.g. model 62's group size); the operands' own requirements
+// (sm_90 device with this build's kernels, TMA-aligned x and weight, 32-bit sizes) are checked
+// here. FUSEDOPS_HALF_GEMM=auto (default: when possible and the output tiles fill the GPU:
+// fewer would leave SMs idle, where cuBLAS splits K), cublas (never), fused (always; where it
+// cannot run, an error naming why, never a silent fallback).
+bool use_fused_half_gemm(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                         bool epilogue_ok);
+
 }  // namespace fusedops::cuda

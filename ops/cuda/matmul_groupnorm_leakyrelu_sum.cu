@@ -3,6 +3,8 @@
 // doubles. A group is a short contiguous segment of one row (16 channels at the default
 // sizes), so each segment is reduced by a power-of-two group of lanes inside one warp:
 // no shared memory, no block barriers, one read of y and one write of out.
+// float16/bfloat16 models on Hopper skip y altogether: the same epilogue runs inside a native
+// half-precision GEMM on its float32 accumulators (gemm/gemm_half.h).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -15,6 +17,7 @@
 #include "common/checks.h"
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
+#include "cuda/gemm/gemm_half.h"
 #include "cuda/linear_gemm.h"
 
 namespace fusedops {
@@ -133,6 +136,35 @@ __global__ void groupnorm_leakyrelu_sum_vec4_kernel(const float* __restrict__ y,
   }
 }
 
+// float16/bfloat16, "accurate" numerics: the whole chain as the epilogue of a native
+// half-precision GEMM (gemm/gemm_half.h), when cuda::use_fused_half_gemm says so. Returns
+// whether it ran.
+bool fused_half(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                int64_t group_size, const at::Tensor& gn_weight, const at::Tensor& gn_bias,
+                double eps, double negative_slope, at::Tensor& out) {
+  const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
+  const at::Tensor gamma = gn_weight.contiguous(), beta = gn_bias.contiguous();
+  auto aligned4 = [](const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0;
+  };
+  const bool epilogue_ok = cuda::gemm::half_groupnorm_group_ok(group_size) && aligned4(bc) &&
+                           aligned4(gamma) && aligned4(beta);
+  if (!cuda::use_fused_half_gemm("matmul_groupnorm_leakyrelu_sum", xc, wc, epilogue_ok)) {
+    return false;
+  }
+  const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
+  const cuda::gemm::Fp16GemmShape shape{static_cast<int>(m), static_cast<int>(n),
+                                        static_cast<int>(k), 1, k, k, 0, 0};
+  const cuda::gemm::GroupNormEpilogueArgs epilogue{
+      bc.data_ptr(),  gamma.data_ptr(), beta.data_ptr(), static_cast<int>(group_size),
+      static_cast<float>(eps), static_cast<float>(negative_slope), out.data_ptr()};
+  const auto type = x.scalar_type() == at::kHalf ? cuda::gemm::HalfType::kFloat16
+                                                 : cuda::gemm::HalfType::kBFloat16;
+  cuda::gemm::half_groupnorm_gemm_sm90(type, shape, xc.data_ptr(), wc.data_ptr(), epilogue,
+                                       at::cuda::getCurrentCUDAStream());
+  return true;
+}
+
 at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Tensor& weight,
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
@@ -148,14 +180,18 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   // Under eager (float16/bfloat16) y is the Linear output as the reference writes it, bias
   // included (common/numerics.h), and the kernels round the GroupNorm and LeakyReLU outputs
   // where the reference writes them (the doubling v + v is exact).
-  const bool eager = rounds_intermediates(
-      numerics_mode, x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  const bool eager = rounds_intermediates(numerics_mode, reduced);
+  const int64_t group_size = hidden / num_groups;
+  if (reduced && !eager && fused_half(x, weight, bias, group_size, gn_weight, gn_bias, eps,
+                                       negative_slope, out)) {
+    return out;
+  }
   const at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
                              : cuda::linear_nt(x, weight, cache_folds);
   const at::Tensor bc = eager ? at::zeros(bias.sizes(), bias.options()) : bias.contiguous();
   const at::Tensor gamma = gn_weight.contiguous();
   const at::Tensor beta = gn_bias.contiguous();
-  const int64_t group_size = hidden / num_groups;
   const int64_t segments = batch * num_groups;
   const bool vec4 = x.scalar_type() != at::kDouble && group_size % 4 == 0 &&
                     group_size <= 4 * cuda::kWarpSize;

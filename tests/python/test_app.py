@@ -537,9 +537,11 @@ def aoti_repo(tmp_path_factory) -> Path:
     """Two models in both formats."""
     skip_without_cpp_compiler()
     repo = tmp_path_factory.mktemp("aoti_repo")
-    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
-                    ",".join(AOTI_KEYS), "--formats", "pt,pt2", "--output", str(repo)],
-                   cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                             "--models", ",".join(AOTI_KEYS), "--formats", "pt,pt2", "--output",
+                             str(repo)],
+                            cwd=REPO_ROOT, env=python_env(), capture_output=True, text=True)
+    assert result.returncode == 0, f"export failed ({result.returncode}):\n{result.stderr[-4000:]}"
     return repo
 
 

@@ -39,9 +39,10 @@ def repo(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("mutations")
     env = dict(os.environ, FUSEDOPS_LIBRARY=fusedops.library_path,
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "models"), str(REPO_ROOT)]))
-    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
-                    "98", "--formats", "pt,pt2", "--output", str(output)],
-                   cwd=REPO_ROOT, env=env, check=True, capture_output=True)
+    result = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                             "--models", "98", "--formats", "pt,pt2", "--output", str(output)],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"export failed ({result.returncode}):\n{result.stderr[-4000:]}"
     return output
 
 

@@ -1,5 +1,6 @@
-// The CUTLASS SM90 types behind the 3xFP16 engine's kernels (mainloop_3xfp16_sm90.h), and the
-// launch helper they share. Included only by the sm90_*.cu files, and only with FUSEDOPS_SM90A
+// The CUTLASS SM90 types behind our tensor-core GEMMs: the 3xFP16 engine's kernels
+// (mainloop_3xfp16_sm90.h) and the native float16/bfloat16 ones (gemm_half.h), and the launch
+// helper they share. Included only by the sm90_*.cu files, and only with FUSEDOPS_SM90A
 // (no ATen here: CUTLASS's and ATen's half types and macros stay apart).
 //
 // Promoted GEMMs: tile 128 x 128 x 64, cooperative (two consumer warp groups of 64 x 128 each):
@@ -61,13 +62,15 @@ using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlignOut,
     float, LayoutD, kAlignOut, EpilogueSchedule, FusionOp>::CollectiveOp;
 
-template <class TileShape, class Epi>
+// Element: the operands' type, fp16 (the 3xFP16 engine's splits, float16 models) or bf16
+// (bfloat16 models); float32 accumulation either way.
+template <class TileShape, class Epi, class Element = Fp16, class Schedule = KernelSchedule>
 using PlainMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Fp16, LayoutA, kAlignIn, Fp16, LayoutB,
-    kAlignIn, float, TileShape, ClusterShape,
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignIn, Element,
+    LayoutB, kAlignIn, float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
         sizeof(typename Epi::SharedStorage))>,
-    KernelSchedule>::CollectiveOp;
+    Schedule>::CollectiveOp;
 
 // The same pieces (tiled MMA, TMA copies, shared-memory layouts, stage count) under CUTLASS's
 // promoting SM90 mainloop. That mainloop was written for FP8, whose tensor-core accumulation is
@@ -96,11 +99,11 @@ inline int sm_count() {
   static std::atomic<int> counts[kMaxDevices] = {};
   int device = 0, count = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
-    throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the current device");
+    throw std::runtime_error("fusedops SM90 GEMM: could not read the current device");
   }
   if (device < kMaxDevices && (count = counts[device].load(std::memory_order_relaxed)) > 0) return count;
   if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the SM count");
+    throw std::runtime_error("fusedops SM90 GEMM: could not read the SM count");
   }
   if (device < kMaxDevices) counts[device].store(count, std::memory_order_relaxed);
   return count;
@@ -115,40 +118,52 @@ void set_shared_memory_once() {
   static std::atomic<bool> done[kMaxDevices] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
-    throw std::runtime_error("fusedops 3xfp16 GEMM: could not read the current device");
+    throw std::runtime_error("fusedops SM90 GEMM: could not read the current device");
   }
   if (device < kMaxDevices && done[device].load(std::memory_order_acquire)) return;
   const int bytes = Kernel::SharedStorageSize;
   if (bytes >= (48 << 10) &&
       cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
-    throw std::runtime_error(std::string("fusedops 3xfp16 GEMM: cannot opt into ") +
+    throw std::runtime_error(std::string("fusedops SM90 GEMM: cannot opt into ") +
                              std::to_string(bytes) + " bytes of shared memory: " +
                              cudaGetErrorString(cudaGetLastError()));
   }
   if (device < kMaxDevices) done[device].store(true, std::memory_order_release);
 }
 
+// The problem, the operands and the device; the caller fills in its epilogue's arguments.
 template <class G>
-typename G::Arguments make_arguments(const Fp16GemmShape& s, const void* a, const void* b,
-                                     const float* c, float* d) {
+typename G::Arguments make_mainloop_arguments(const Fp16GemmShape& s, const void* a,
+                                              const void* b) {
   using Kernel = typename G::GemmKernel;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
   typename Kernel::StrideA stride_a{s.lda, Int<1>{}, s.batch_stride_ab};
   typename Kernel::StrideB stride_b{s.ldb, Int<1>{}, s.batch_stride_ab};
-  typename Kernel::StrideD stride_d{int64_t(s.n), Int<1>{}, s.batch_stride_d};
   typename G::Arguments args{};
   args.mode = s.batches > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
                             : cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = ProblemShape{s.m, s.n, s.k, s.batches};
-  args.mainloop.ptr_A = static_cast<const Fp16*>(a);
+  args.mainloop.ptr_A = static_cast<const ElementA*>(a);
   args.mainloop.dA = stride_a;
-  args.mainloop.ptr_B = static_cast<const Fp16*>(b);
+  args.mainloop.ptr_B = static_cast<const ElementB*>(b);
   args.mainloop.dB = stride_b;
+  args.hw_info.sm_count = sm_count();
+  return args;
+}
+
+// ... with CUTLASS's collective epilogue: d (and c, when not null) float32 (M, N) row-major.
+template <class G>
+typename G::Arguments make_arguments(const Fp16GemmShape& s, const void* a, const void* b,
+                                     const float* c, float* d) {
+  using Kernel = typename G::GemmKernel;
+  typename Kernel::StrideD stride_d{int64_t(s.n), Int<1>{}, s.batch_stride_d};
+  typename G::Arguments args = make_mainloop_arguments<G>(s, a, b);
   args.epilogue.ptr_C = c;
   args.epilogue.dC = stride_d;
   args.epilogue.ptr_D = d;
   args.epilogue.dD = stride_d;
-  args.hw_info.sm_count = sm_count();
   return args;
 }
 

@@ -1,0 +1,261 @@
+// Model 62's epilogue inside the GEMM: bias, GroupNorm, LeakyReLU and x2 on the float32
+// accumulators, in registers; the GEMM writes only the model's output (float16/bfloat16).
+// y = x W^T is never stored: at 1024 x 8192 that is a 32 MiB float32 write and read saved,
+// plus the separate kernel's launch (the unfused path: matmul_groupnorm_leakyrelu_sum.cu).
+//
+// Why it fits: a group is a few consecutive channels of one row (16 at the default sizes), and
+// an output tile row (128 wide, gemm_half.h) holds whole groups when the group size divides
+// it, so no statistic leaves the warp group that owns the tile. wgmma's accumulator layout
+// (CuTe's SM90 CLayout_64xN) gives each thread, for each of its rows, 2 adjacent columns of
+// every 8-column block, and the 4 lanes of a quad (lane / 4 equal) share their rows and cover
+// the 8 columns between them. So:
+//   - each thread sums its 4 values of every 16-column block of a row (2 blocks of 8),
+//   - two xor-shuffles (1, 2) finish the block sum in all 4 lanes of the quad,
+//   - a group of 16 b columns adds b block sums (a butterfly over blocks; the same additions in
+//     every lane, so every lane holds the bit-identical group sum: deterministic).
+// Variance is the two-pass form over the values held in registers (no E[v^2] - E[v]^2
+// cancellation), as the unfused kernel computes it. Included only by sm90_*.cu files.
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/layout.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
+#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/numeric_conversion.h"
+
+namespace fusedops::cuda::gemm::sm90 {
+
+template <class Element>  // cutlass::half_t or cutlass::bfloat16_t: the model's dtype
+class GroupNormLeakyReluSumEpilogue {
+ public:
+  using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
+  using DispatchPolicy = EpilogueSchedule;
+  using ElementC = void;  // no source operand
+  using ElementD = Element;
+  using ElementAccumulator = float;
+  using StrideC = cutlass::detail::TagToStrideC_t<cutlass::layout::RowMajor>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  using ThreadEpilogueOp = void;  // named by CUTLASS's device adapter; the work is operator()
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+
+  // Channels per 16-column block: the unit the shuffles reduce (see above).
+  static constexpr int kBlock = 16;
+
+  struct Arguments {
+    const Element* bias = nullptr;   // (N): the Linear bias
+    const Element* gamma = nullptr;  // (N): GroupNorm's affine weight
+    const Element* beta = nullptr;   // (N): GroupNorm's affine bias
+    int group_size = 0;              // a power of two, 16 .. the tile's N (can_implement)
+    float eps = 0.f;
+    float negative_slope = 0.f;
+    Element* ptr_D = nullptr;  // (M, N) row-major, leading dimension N
+    StrideD dD{};
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(const ProblemShape&, const Arguments& args,
+                                                  void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(const ProblemShape&, const Arguments&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(const ProblemShape&, const Arguments&, void*,
+                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  // The caller (sm90_half_gemm.cu) checks the group size against the tile before this; here
+  // the facts the register reduction rests on, for any other caller.
+  template <class ProblemShape>
+  static bool can_implement(const ProblemShape& shape, const Arguments& args) {
+    const int n = cute::get<1>(shape);
+    const int g = args.group_size;
+    return g >= kBlock && (g & (g - 1)) == 0 && n % g == 0 && args.bias && args.gamma &&
+           args.beta && args.ptr_D;
+  }
+
+  CUTLASS_HOST_DEVICE
+  GroupNormLeakyReluSumEpilogue(const Params& params, const SharedStorage& = SharedStorage())
+      : params_(params) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
+            class FrgLayout, class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                 BlockCoordMNKL blk_coord_mnkl,
+                                 const cute::Tensor<FrgEngine, FrgLayout>& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+    using namespace cute;
+    // The accumulator fragment of one thread: ((2 columns, 2 rows 8 apart, V 8-column blocks),
+    // MMA_M, MMA_N), CuTe's SM90 CLayout_64xN per wgmma atom.
+    static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2,
+                  "GroupNorm epilogue: expects wgmma's 64xN float32 accumulator layout");
+    constexpr int kV = size<0, 2>(FrgLayout{});
+    static_assert(kV % 2 == 0, "GroupNorm epilogue: an atom of whole 16-column blocks");
+    constexpr int kBlocks = kV / 2;  // 16-column blocks per atom row
+    constexpr int kMmaM = size<1>(FrgLayout{});
+    constexpr int kMmaN = size<2>(FrgLayout{});
+    // A group may not span atoms: its blocks must sit in one thread's V range.
+    static_assert(kMmaN == 1, "GroupNorm epilogue: one wgmma atom across the tile's N");
+
+    const int m_total = get<0>(problem_shape_mnkl);
+    const int n_total = get<1>(problem_shape_mnkl);
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
+    Tensor coords = local_tile(make_identity_tensor(make_shape(m_total, n_total)),
+                               take<0, 2>(blk_shape_mnk), make_coord(m_coord, n_coord));
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tc = thr_mma.partition_C(coords);  // same shape as the accumulators: (row, col)
+
+    Tensor y = make_fragment_like<float>(accumulators);
+    const int blocks_per_group = params_.group_size / kBlock;
+    const float inv_count = 1.0f / static_cast<float>(params_.group_size);
+
+    // Pass 1: y = acc + bias; the group means.
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < kV; ++v2) {
+      const int col = get<1>(tc(make_coord(0, 0, v2), 0, 0));
+      float b[2] = {0.f, 0.f};
+      load_pair(params_.bias, col, n_total, b);
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < kMmaM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v1 = 0; v1 < 2; ++v1) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int v0 = 0; v0 < 2; ++v0) {
+            y(make_coord(v0, v1, v2), mm, 0) = accumulators(make_coord(v0, v1, v2), mm, 0) + b[v0];
+          }
+        }
+      }
+    }
+    float mean[kMmaM][2][kBlocks];
+    group_sums(y, blocks_per_group, mean, [](float v) { return v; });
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int blk = 0; blk < kBlocks; ++blk) mean[mm][v1][blk] *= inv_count;
+      }
+    }
+    // Pass 2: centre the values, then the group variances.
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < kV; ++v2) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < kMmaM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v1 = 0; v1 < 2; ++v1) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int v0 = 0; v0 < 2; ++v0) y(make_coord(v0, v1, v2), mm, 0) -= mean[mm][v1][v2 / 2];
+        }
+      }
+    }
+    float rstd[kMmaM][2][kBlocks];
+    group_sums(y, blocks_per_group, rstd, [](float v) { return v * v; });
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int blk = 0; blk < kBlocks; ++blk) {
+          rstd[mm][v1][blk] = 1.0f / sqrtf(rstd[mm][v1][blk] * inv_count + params_.eps);
+        }
+      }
+    }
+    // Pass 3: affine, LeakyReLU, x2 (exact), rounded once to the model's dtype and stored.
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < kV; ++v2) {
+      const int col = get<1>(tc(make_coord(0, 0, v2), 0, 0));
+      float g[2] = {0.f, 0.f}, be[2] = {0.f, 0.f};
+      load_pair(params_.gamma, col, n_total, g);
+      load_pair(params_.beta, col, n_total, be);
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < kMmaM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v1 = 0; v1 < 2; ++v1) {
+          const int row = get<0>(tc(make_coord(0, v1, v2), mm, 0));
+          float out[2];
+          CUTLASS_PRAGMA_UNROLL
+          for (int v0 = 0; v0 < 2; ++v0) {
+            const float o =
+                y(make_coord(v0, v1, v2), mm, 0) * rstd[mm][v1][v2 / 2] * g[v0] + be[v0];
+            const float leaky = o > 0.f ? o : o * params_.negative_slope;
+            out[v0] = leaky + leaky;
+          }
+          if (row < m_total) store_pair(row, col, n_total, out);
+        }
+      }
+    }
+  }
+
+ private:
+  // Two adjacent channels' parameters (col is even: CLayout's column pairs); zero past N.
+  CUTLASS_DEVICE static void load_pair(const Element* p, int col, int n, float (&v)[2]) {
+    if (col + 1 < n) {  // n is a multiple of 16, col even: 4-byte aligned (checked by the caller)
+      using Pair = cutlass::Array<Element, 2>;
+      const Pair pair = *reinterpret_cast<const Pair*>(p + col);
+      v[0] = static_cast<float>(pair[0]);
+      v[1] = static_cast<float>(pair[1]);
+    }
+  }
+
+  CUTLASS_DEVICE void store_pair(int row, int col, int n, const float (&v)[2]) const {
+    if (col + 1 < n) {
+      cutlass::Array<Element, 2> pair;
+      pair[0] = static_cast<Element>(v[0]);
+      pair[1] = static_cast<Element>(v[1]);
+      Element* d = params_.ptr_D + static_cast<int64_t>(row) * cute::get<0>(params_.dD) + col;
+      *reinterpret_cast<cutlass::Array<Element, 2>*>(d) = pair;
+    }
+  }
+
+  // sums[mm][v1][blk] = the sum of f(y) over the group holding 16-column block blk of the
+  // thread's row (mm, v1), identical in every lane of the quad and every block of the group.
+  template <class Frg, int kMmaM, int kBlocks, class F>
+  CUTLASS_DEVICE static void group_sums(const Frg& y, int blocks_per_group,
+                                        float (&sums)[kMmaM][2][kBlocks], F f) {
+    using namespace cute;
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int blk = 0; blk < kBlocks; ++blk) {
+          float s = 0.f;
+          CUTLASS_PRAGMA_UNROLL
+          for (int half = 0; half < 2; ++half) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int v0 = 0; v0 < 2; ++v0) s += f(y(make_coord(v0, v1, 2 * blk + half), mm, 0));
+          }
+          s += __shfl_xor_sync(0xffffffffu, s, 1);
+          s += __shfl_xor_sync(0xffffffffu, s, 2);
+          sums[mm][v1][blk] = s;
+        }
+        // Blocks of one group: a butterfly, so every block of the group ends with the same sum.
+        CUTLASS_PRAGMA_UNROLL
+        for (int width = 1; width < kBlocks; width *= 2) {
+          if (width < blocks_per_group) {
+            float next[kBlocks];
+            CUTLASS_PRAGMA_UNROLL
+            for (int blk = 0; blk < kBlocks; ++blk) {
+              next[blk] = sums[mm][v1][blk] + sums[mm][v1][blk ^ width];
+            }
+            CUTLASS_PRAGMA_UNROLL
+            for (int blk = 0; blk < kBlocks; ++blk) sums[mm][v1][blk] = next[blk];
+          }
+        }
+      }
+    }
+  }
+
+  Params params_;
+};
+
+}  // namespace fusedops::cuda::gemm::sm90

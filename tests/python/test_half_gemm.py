@@ -1,0 +1,138 @@
+"""The native float16/bfloat16 GEMM with model 62's epilogue fused (ops/cuda/gemm/gemm_half.h,
+epilogue_groupnorm_sm90.cuh): the reduced-precision contract against the reference in its dtype
+and in float64, every group size the register reduction takes, partial tiles in M, N and K, both
+input distributions, determinism, streams, and the cases it refuses.
+
+FUSEDOPS_HALF_GEMM=fused forces the fused GEMM at sizes too small for the automatic choice;
+where it cannot run, that setting is an error, never a silent fallback, so a passing test here
+ran the fused kernel."""
+import pytest
+import torch
+
+from fusedops_testing import assert_reduced, make_input, make_pair, run_trio
+
+pytestmark = pytest.mark.cuda
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+requires_hopper = pytest.mark.skipif(not HOPPER, reason="the fused half GEMM needs an sm_90 GPU")
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fused")
+
+
+def model62(in_features, hidden, groups, dtype):
+    return make_pair("62", (in_features, hidden, groups), device="cuda", dtype=dtype)
+
+
+# (M, K, hidden, groups): group sizes 16 (the default) .. 128, the tile's N; M not a multiple of
+# the 128-row tile; K not a multiple of the 64-wide K step; hidden leaving a partial 128-wide
+# tile (400 = 3 x 128 + 16); a single row.
+CASES = [
+    (1024, 1024, 2048, 128),
+    (300, 520, 400, 25),
+    (77, 64, 512, 16),
+    (130, 200, 768, 12),
+    (129, 136, 256, 2),
+    (1, 8, 256, 2),
+]
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("m,k,n,groups", CASES, ids=[f"{m}x{k}x{n}g{g}" for m, k, n, g in CASES])
+def test_fused_contract(fused, m, k, n, groups, dist, dtype):
+    ref, new = model62(k, n, groups, dtype)
+    x = make_input((m, k), dist, dtype=dtype, device="cuda")
+    out, expected, expected64, _ = run_trio(ref, new, x)
+    assert_reduced(out, expected, expected64)
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+def test_fused_closer_to_float64_than_reference(fused, dtype):
+    """"accurate" numerics: float32 intermediates, one rounding at the end; so the error against
+    float64 is below the reference's, which rounds y and the normalized values to the dtype."""
+    ref, new = model62(1024, 1024, 64, dtype)
+    x = make_input((512, 1024), "randn", dtype=dtype, device="cuda")
+    out, expected, expected64, _ = run_trio(ref, new, x)
+    ours = (out.double() - expected64).abs().max().item()
+    torchs = (expected.double() - expected64).abs().max().item()
+    assert ours < torchs, f"fused error {ours:.3e} vs the reference's {torchs:.3e}"
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+def test_fused_deterministic_and_stream_safe(fused, dtype):
+    """Bit-identical across runs (no atomics: shuffle reductions), and on a side stream."""
+    _, new = model62(512, 768, 48, dtype)
+    x = make_input((260, 512), "randn", dtype=dtype, device="cuda")
+    with torch.no_grad():
+        first = new(x)
+        second = new(x)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            third = new(x)
+        torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(first, second)
+    assert torch.equal(first, third)
+
+
+@requires_hopper
+def test_fused_matches_unfused_path(monkeypatch):
+    """The fused and the unfused (cuBLAS GEMM + epilogue kernel) paths compute the same float32
+    chain; they differ by accumulation order and one final rounding."""
+    dtype = torch.float16
+    _, new = model62(1024, 1024, 64, dtype)
+    x = make_input((256, 1024), "randn", dtype=dtype, device="cuda")
+    with torch.no_grad():
+        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fused")
+        fused_out = new(x)
+        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "cublas")
+        unfused_out = new(x)
+    torch.testing.assert_close(fused_out, unfused_out, atol=4e-3, rtol=4e-3)
+
+
+@requires_hopper
+@pytest.mark.parametrize(
+    "k,n,groups,why",
+    [(100, 512, 32, "in_features a positive multiple of 8"),
+     (64, 512, 64, "epilogue cannot take these sizes"),   # group size 8
+     (64, 480, 10, "epilogue cannot take these sizes"),   # group size 48: not a power of two
+     (64, 512, 2, "epilogue cannot take these sizes")],   # group size 256: wider than a tile
+    ids=["k100", "group8", "group48", "group256"])
+def test_fused_refuses_what_it_cannot_run(fused, k, n, groups, why):
+    _, new = model62(k, n, groups, torch.float16)
+    x = make_input((64, k), dtype=torch.float16, device="cuda")
+    with pytest.raises(RuntimeError, match=f"FUSEDOPS_HALF_GEMM=fused cannot run here: .*{why}"):
+        new(x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_half_gemm_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fast")
+    _, new = model62(64, 256, 16, torch.float16)
+    x = make_input((8, 64), dtype=torch.float16, device="cuda")
+    with pytest.raises(RuntimeError,
+                       match="FUSEDOPS_HALF_GEMM must be auto, cublas or fused, got fast"):
+        new(x)
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+def test_eager_numerics_ignore_the_fused_gemm(monkeypatch, dtype):
+    """"eager" numerics need the reference's own GEMM rounding (common/numerics.h): the fused
+    setting does not apply to them (bit-identical results either way, no error)."""
+    _, new = model62(256, 512, 32, dtype)
+    new.numerics = "eager"
+    x = make_input((64, 256), "rand", dtype=dtype, device="cuda")
+    with torch.no_grad():
+        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fused")
+        with_fused_setting = new(x)
+        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "cublas")
+        without = new(x)
+    assert torch.equal(with_fused_setting, without)
