@@ -5,6 +5,19 @@
 // no shared memory, no block barriers, one read of y and one write of out.
 // float16/bfloat16 models on Hopper skip y altogether: the same epilogue runs inside a native
 // half-precision GEMM on its float32 accumulators (gemm/gemm_half.h).
+//
+// "eager" numerics (common/numerics.h) must see the reference's roundings, and PyTorch's CUDA
+// GroupNorm rounds more than the Linear output: it stores each group's mean and 1/std in the
+// input's dtype (eps too) and normalizes with those. A bfloat16 statistic is off by up to 2^-9
+// of itself, which moves an output where gamma * x_hat and beta cancel by more than 1e-2 of
+// itself: measured on an H100 (1024 x 8192 -> 8192, 512 groups, affine parameters not 1 and 0),
+// 5 of 5 seeds had elements past KernelBench's bar when only the unrounded statistics were used
+// (tests/python/test_numerics.py). Rounding our own statistics is not enough either: where they
+// differ from ATen's by an ulp across a rounding boundary the rounded values differ by a whole
+// bfloat16 ulp (1 seed in 5 still failed). So under eager the statistics are ATen's, computed
+// as its RowwiseMomentsCUDAKernel does for groups under 512 channels: Welford per lane over the
+// channels c, c + 32, ..., the lanes combined by shuffles down (16, 8, ..., 1), var = m2 / n,
+// 1/std = rsqrt(var + eps) with eps in the input's dtype (the kernel's eager branch).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -27,6 +40,43 @@ using cuda::acc_t;
 using cuda::ceil_div;
 
 constexpr int kWarpsPerBlock = 8;
+
+// ATen's WelfordOps (SharedReduceOps.h) on one accumulator: the same operations in the same
+// order, so that the same inputs give the same bits.
+template <typename T>
+struct Welford {
+  T mean = 0, m2 = 0, nf = 0;
+};
+
+template <typename T>
+__device__ __forceinline__ Welford<T> welford_add(const Welford<T>& a, T x) {
+  const T new_nf = a.nf + static_cast<T>(1);
+  const T delta = x - a.mean;
+  const T new_mean = a.mean + delta / new_nf;
+  const T new_delta = x - new_mean;
+  return {new_mean, a.m2 + delta * new_delta, new_nf};
+}
+
+// c10::cuda::compat::rsqrt: rsqrtf for float (eager runs only float16/bfloat16 models, whose
+// accumulation type is float).
+template <typename T>
+__device__ __forceinline__ T rsqrt_like_aten(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return rsqrtf(v);
+  } else {
+    return static_cast<T>(1) / sqrt(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ Welford<T> welford_combine(const Welford<T>& a, const Welford<T>& b) {
+  if (a.nf == 0) return b;
+  if (b.nf == 0) return a;
+  const T delta = b.mean - a.mean;
+  const T new_count = a.nf + b.nf;
+  const T nb_over_n = b.nf / new_count;
+  return {a.mean + delta * nb_over_n, a.m2 + b.m2 + delta * delta * a.nf * nb_over_n, new_count};
+}
 
 // Lanes per segment: the group size rounded up to a power of two, at most a warp.
 int lanes_per_segment(int64_t group_size) {
@@ -61,16 +111,37 @@ __global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
     const int64_t len = valid ? group_size : 0;
 
     auto linear = [&](int64_t c) { return y[base + c] + static_cast<y_t>(bias[channel0 + c]); };
-    y_t sum = 0;
-    for (int64_t c = sub; c < len; c += lanes) sum += linear(c);
-    const y_t mean = cuda::warp_sum(sum, lanes) / count;
-    y_t sq = 0;  // second pass over the (cache-resident) segment: no E[v^2] - E[v]^2 cancellation
-    for (int64_t c = sub; c < len; c += lanes) {
-      const y_t d = linear(c) - mean;
-      sq += d * d;
+    y_t mean, rstd;
+    if (eager) {
+      // ATen's statistics (file comment): lane `sub` of a segment is ATen's thread `sub`, which
+      // reads channels sub, sub + 32, ...; lanes <= 32, so the lanes past the group are the
+      // ones ATen leaves empty, and a shuffle down stays inside the segment.
+      Welford<y_t> w;
+      for (int64_t c = sub; c < len; c += lanes) w = welford_add(w, linear(c));
+      for (int offset = lanes / 2; offset > 0; offset /= 2) {
+        Welford<y_t> other;
+        other.mean = __shfl_down_sync(0xffffffffu, w.mean, offset, lanes);
+        other.m2 = __shfl_down_sync(0xffffffffu, w.m2, offset, lanes);
+        other.nf = __shfl_down_sync(0xffffffffu, w.nf, offset, lanes);
+        w = welford_combine(w, other);
+      }
+      const y_t group_mean = __shfl_sync(0xffffffffu, w.mean, 0, lanes);
+      const y_t var = __shfl_sync(0xffffffffu, w.m2 / w.nf, 0, lanes);
+      const y_t eps_stored = static_cast<y_t>(static_cast<scalar_t>(eps));
+      mean = stored_as<scalar_t>(group_mean, true);
+      rstd = stored_as<scalar_t>(rsqrt_like_aten(var + eps_stored), true);
+    } else {
+      y_t sum = 0;
+      for (int64_t c = sub; c < len; c += lanes) sum += linear(c);
+      mean = cuda::warp_sum(sum, lanes) / count;
+      y_t sq = 0;  // second pass over the (cache-resident) segment: no E[v^2] - E[v]^2 cancellation
+      for (int64_t c = sub; c < len; c += lanes) {
+        const y_t d = linear(c) - mean;
+        sq += d * d;
+      }
+      const y_t var = cuda::warp_sum(sq, lanes) / count;
+      rstd = static_cast<y_t>(1) / sqrt(var + eps);
     }
-    const y_t var = cuda::warp_sum(sq, lanes) / count;
-    const y_t rstd = static_cast<y_t>(1) / sqrt(var + eps);
     for (int64_t c = sub; c < len; c += lanes) {
       const y_t v = stored_as<scalar_t>((linear(c) - mean) * rstd *
                                                 static_cast<y_t>(gamma[channel0 + c]) +
@@ -193,7 +264,8 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   const at::Tensor gamma = gn_weight.contiguous();
   const at::Tensor beta = gn_bias.contiguous();
   const int64_t segments = batch * num_groups;
-  const bool vec4 = x.scalar_type() != at::kDouble && group_size % 4 == 0 &&
+  // Eager takes the scalar kernel: its lanes are ATen's threads (its eager branch).
+  const bool vec4 = !eager && x.scalar_type() != at::kDouble && group_size % 4 == 0 &&
                     group_size <= 4 * cuda::kWarpSize;
   const int lanes = lanes_per_segment(vec4 ? group_size / 4 : group_size);
   const int64_t warps_needed = ceil_div(segments, cuda::kWarpSize / lanes);

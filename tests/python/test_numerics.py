@@ -85,6 +85,25 @@ def test_eager_matches_the_reference_in_its_dtype(key, init_args, batch, dtype, 
                                        atol=tol.atol, rtol=tol.rtol)
 
 
+# PyTorch's CUDA GroupNorm normalizes with the group's mean and 1/std stored in the input's
+# dtype; "eager" does the same on CUDA. Without it (measured on an H100 at these sizes, bfloat16,
+# affine parameters away from 1 and 0) 5 of 5 seeds had elements past KernelBench's bar: where
+# gamma * x_hat and beta cancel, the reference's rounded statistics move the output by more
+# than 1e-2 of itself. The small sizes above hit it in about one seed in 25.
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("dist", DISTS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_eager_62_normalizes_with_the_statistics_cuda_stores(dtype, dist):
+    problem = fusedops.get_problem("62")
+    ref, new = make_pair("62", problem.init_args, device="cuda", dtype=dtype)
+    new.numerics = "eager"
+    x = make_input((1024, in_features(problem.init_args)), dist, dtype=dtype, device="cuda")
+    with torch.no_grad():
+        out, expected = new(x), ref(x)
+    assert_within_tolerance(out, expected, tolerance_for(dtype))
+
+
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, id="f32"),
                                    pytest.param(torch.float64, id="f64")])
 @pytest.mark.parametrize("key", KEYS)
