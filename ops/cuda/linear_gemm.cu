@@ -350,11 +350,11 @@ bool use_fused_half_gemm(const char* op, const at::Tensor& x, const at::Tensor& 
   auto aligned = [](const at::Tensor& t, int64_t bytes) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
   };
+  const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
   const char* why_not = nullptr;
   if (!gemm::sm90_kernels_built()) {
     why_not = "this build has no sm_90a kernels";
-  } else if (at::cuda::getCurrentDeviceProperties()->major != 9 ||
-             at::cuda::getCurrentDeviceProperties()->minor != 0) {
+  } else if (device->major != 9 || device->minor != 0) {
     why_not = "the device is not sm_90";
   } else if (!epilogue_ok) {
     why_not = "the operator's epilogue cannot take these sizes";
@@ -373,7 +373,7 @@ bool use_fused_half_gemm(const char* op, const at::Tensor& x, const at::Tensor& 
   if (forced) return true;
   const int64_t tiles =
       ceil_div(m, int64_t{gemm::kHalfTileM}) * ceil_div(n, int64_t{gemm::kHalfTileN});
-  return tiles >= at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return tiles >= device->multiProcessorCount;
 }
 
 at::Tensor linear_nt(const at::Tensor& x_any, const at::Tensor& weight_any, bool cache_folds) {

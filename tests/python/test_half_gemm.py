@@ -27,6 +27,13 @@ def model62(in_features, hidden, groups, dtype):
     return make_pair("62", (in_features, hidden, groups), device="cuda", dtype=dtype)
 
 
+def forward_with(monkeypatch, setting, model, x):
+    """model(x) with FUSEDOPS_HALF_GEMM=setting."""
+    monkeypatch.setenv("FUSEDOPS_HALF_GEMM", setting)
+    with torch.no_grad():
+        return model(x)
+
+
 # (M, K, hidden, groups): group sizes 16 (the default) .. 128, the tile's N; M not a multiple of
 # the 128-row tile; K not a multiple of the 64-wide K step; hidden leaving a partial 128-wide
 # tile (400 = 3 x 128 + 16); a single row.
@@ -89,11 +96,8 @@ def test_fused_matches_unfused_path(monkeypatch):
     dtype = torch.float16
     _, new = model62(1024, 1024, 64, dtype)
     x = make_input((256, 1024), "randn", dtype=dtype, device="cuda")
-    with torch.no_grad():
-        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fused")
-        fused_out = new(x)
-        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "cublas")
-        unfused_out = new(x)
+    fused_out = forward_with(monkeypatch, "fused", new, x)
+    unfused_out = forward_with(monkeypatch, "cublas", new, x)
     torch.testing.assert_close(fused_out, unfused_out, atol=4e-3, rtol=4e-3)
 
 
@@ -130,9 +134,6 @@ def test_eager_numerics_ignore_the_fused_gemm(monkeypatch, dtype):
     _, new = model62(256, 512, 32, dtype)
     new.numerics = "eager"
     x = make_input((64, 256), "rand", dtype=dtype, device="cuda")
-    with torch.no_grad():
-        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fused")
-        with_fused_setting = new(x)
-        monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "cublas")
-        without = new(x)
+    with_fused_setting = forward_with(monkeypatch, "fused", new, x)
+    without = forward_with(monkeypatch, "cublas", new, x)
     assert torch.equal(with_fused_setting, without)

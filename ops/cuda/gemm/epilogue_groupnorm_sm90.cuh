@@ -136,15 +136,8 @@ class GroupNormLeakyReluSumEpilogue {
       }
     }
     float mean[kMmaM][2][kBlocks];
-    group_sums(y, blocks_per_group, mean, [](float v) { return v; });
-    CUTLASS_PRAGMA_UNROLL
-    for (int mm = 0; mm < kMmaM; ++mm) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int v1 = 0; v1 < 2; ++v1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int blk = 0; blk < kBlocks; ++blk) mean[mm][v1][blk] *= inv_count;
-      }
-    }
+    group_sums(y, blocks_per_group, mean, [](float v) { return v; },
+               [&](float sum) { return sum * inv_count; });
     // Pass 2: centre the values, then the group variances.
     CUTLASS_PRAGMA_UNROLL
     for (int v2 = 0; v2 < kV; ++v2) {
@@ -158,17 +151,8 @@ class GroupNormLeakyReluSumEpilogue {
       }
     }
     float rstd[kMmaM][2][kBlocks];
-    group_sums(y, blocks_per_group, rstd, [](float v) { return v * v; });
-    CUTLASS_PRAGMA_UNROLL
-    for (int mm = 0; mm < kMmaM; ++mm) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int v1 = 0; v1 < 2; ++v1) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int blk = 0; blk < kBlocks; ++blk) {
-          rstd[mm][v1][blk] = 1.0f / sqrtf(rstd[mm][v1][blk] * inv_count + params_.eps);
-        }
-      }
-    }
+    group_sums(y, blocks_per_group, rstd, [](float v) { return v * v; },
+               [&](float sum) { return 1.0f / sqrtf(sum * inv_count + params_.eps); });
     // Pass 3: affine, LeakyReLU, x2 (exact), rounded once to the model's dtype and stored.
     CUTLASS_PRAGMA_UNROLL
     for (int v2 = 0; v2 < kV; ++v2) {
@@ -216,11 +200,11 @@ class GroupNormLeakyReluSumEpilogue {
     }
   }
 
-  // sums[mm][v1][blk] = the sum of f(y) over the group holding 16-column block blk of the
-  // thread's row (mm, v1), identical in every lane of the quad and every block of the group.
-  template <class Frg, int kMmaM, int kBlocks, class F>
+  // sums[mm][v1][blk] = finish(the sum of f(y) over the group holding 16-column block blk of
+  // the thread's row (mm, v1)), identical in every lane of the quad and every block of the group.
+  template <class Frg, int kMmaM, int kBlocks, class F, class Finish>
   CUTLASS_DEVICE static void group_sums(const Frg& y, int blocks_per_group,
-                                        float (&sums)[kMmaM][2][kBlocks], F f) {
+                                        float (&sums)[kMmaM][2][kBlocks], F f, Finish finish) {
     using namespace cute;
     CUTLASS_PRAGMA_UNROLL
     for (int mm = 0; mm < kMmaM; ++mm) {
@@ -251,6 +235,8 @@ class GroupNormLeakyReluSumEpilogue {
             for (int blk = 0; blk < kBlocks; ++blk) sums[mm][v1][blk] = next[blk];
           }
         }
+        CUTLASS_PRAGMA_UNROLL
+        for (int blk = 0; blk < kBlocks; ++blk) sums[mm][v1][blk] = finish(sums[mm][v1][blk]);
       }
     }
   }
