@@ -7,11 +7,10 @@ Prints, per size and input distribution, the relative Frobenius error ||out - re
 of each mode and of PyTorch's own float32 result, and each mode's median time (CUDA events,
 warm L2: this measures the GEMM, bench/bench.py gives the models' cold-L2 numbers)."""
 import argparse
-import os
 
 import torch
 
-import fusedops  # noqa: F401
+import fusedops
 from fusedops.problems import PROBLEMS
 
 
@@ -34,15 +33,13 @@ def median_ms(fn, reps=20):
 
 
 def profile(model, x):
-    os.environ["FUSEDOPS_FP32_GEMM"] = "3xfp16"
-    with torch.no_grad():
+    with fusedops.settings(FUSEDOPS_FP32_GEMM="3xfp16"), torch.no_grad():
         model(x)
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
                 model(x)
             torch.cuda.synchronize()
-    os.environ.pop("FUSEDOPS_FP32_GEMM")
     for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:8]:
         print(f"    {e.device_time_total / 5:9.1f} us  {e.key[:90]}")
 
@@ -69,11 +66,10 @@ def main():
                 want = ref64(x.double())
                 line = [f"{size} {dist}: torch fp32 err {rel(ref(x), want):.2e}"]
                 for mode in args.modes.split(","):
-                    os.environ["FUSEDOPS_FP32_GEMM"] = mode
-                    err = rel(new(x), want)
-                    ms = median_ms(lambda: new(x))
+                    with fusedops.settings(FUSEDOPS_FP32_GEMM=mode):
+                        err = rel(new(x), want)
+                        ms = median_ms(lambda: new(x))
                     line.append(f"{mode} err {err:.2e} {ms:.3f} ms")
-                os.environ.pop("FUSEDOPS_FP32_GEMM")
             print(" | ".join(line), flush=True)
             if args.profile and dist == "rand":
                 profile(new, x)

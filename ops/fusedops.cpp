@@ -6,6 +6,8 @@
 #include <torch/library.h>
 
 #include "common/fold_cache.h"
+#include "plan/explain.h"
+#include "plan/settings.h"
 
 namespace fusedops {
 
@@ -76,6 +78,19 @@ std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
   return op.call(weight, bias);
 }
 
+std::vector<std::string> explain(const std::function<void()>& run) {
+  plan::record_routes(true);
+  try {
+    run();
+  } catch (...) {
+    plan::record_routes(false);
+    throw;
+  }
+  plan::record_routes(false);
+  return plan::take_routes();
+}
+
+void reload_settings() { plan::reload_settings(); }
 
 // numerics (common/numerics.h) comes last and has a default, so that a TorchScript module
 // exported before it existed (its graph calls the op without it) still loads and runs.
@@ -109,6 +124,12 @@ TORCH_LIBRARY(fusedops, m) {
     return dict;
   });
   m.def("version() -> str", [] { return std::string(version()); });
+  // What ran (plan/explain.h): record_routes(True) starts recording this thread's GEMM routes,
+  // routes_taken() returns them (fusedops.explain wraps the two); reload_settings() reads the
+  // FUSEDOPS_* environment variables again (plan/settings.h).
+  m.def("record_routes(bool on) -> ()", [](bool on) { plan::record_routes(on); });
+  m.def("routes_taken() -> str[]", [] { return plan::take_routes(); });
+  m.def("reload_settings() -> ()", [] { plan::reload_settings(); });
 }
 
 }  // namespace fusedops

@@ -6,6 +6,11 @@
 #   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench"   leave steps out
 #     ("build" reuses the build directory of an earlier call on the same machine)
 #   FUSEDOPS_GPU_BUILD_DIR   the build directory (default build-gpu/)
+#   FUSEDOPS_GPU_BASELINE=DIR   also build the source tree in DIR (an earlier commit, e.g.
+#     `git archive <commit> | tar -x -C .carry/base`), beside this one, and after the benchmark
+#     time both libraries alternately, FUSEDOPS_GPU_COMPARE_RUNS (default 2) runs each, with
+#     this tree's bench.py (--no-compile; FUSEDOPS_GPU_COMPARE_ARGS overrides its arguments)
+#     and print bench/compare.py's table: "no change of speed" measured on one machine.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"; mkdir -p "$OUT"
@@ -79,9 +84,25 @@ step() {  # step NAME LOG command...
 
 skip() { [[ " ${FUSEDOPS_GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+BASELINE="${FUSEDOPS_GPU_BASELINE:-}"
+if [[ -n $BASELINE ]]; then
+  BASELINE="$(cd "$BASELINE" && pwd)"
+  # Built beside this tree, each with half the cores.
+  rm -rf "$BASELINE/build-gpu"
+  ( FUSEDOPS_BUILD_DIR="$BASELINE/build-gpu" FUSEDOPS_JOBS=$(( $(nproc) / 2 )) \
+      "$BASELINE/scripts/build.sh" "$BASELINE/build-gpu" >"$OUT/build_baseline.log" 2>&1;
+    echo $? >"$OUT/build_baseline.rc" ) &
+  baseline_build=$!
+fi
 if ! skip build; then
   rm -rf "$FUSEDOPS_BUILD_DIR"  # a clean build every time: the numbers below belong to this tree
-  step build build.log "$ROOT/scripts/build.sh" "$FUSEDOPS_BUILD_DIR"
+  jobs=$(nproc); [[ -n $BASELINE ]] && jobs=$(( jobs / 2 ))
+  FUSEDOPS_JOBS=${FUSEDOPS_JOBS:-$jobs} step build build.log "$ROOT/scripts/build.sh" "$FUSEDOPS_BUILD_DIR"
+fi
+if [[ -n $BASELINE ]]; then
+  wait "$baseline_build"
+  status[build-baseline]=$(cat "$OUT/build_baseline.rc")
+  echo "   build-baseline: exit ${status[build-baseline]} (log build_baseline.log)" >&2
 fi
 if ! objdump -p "$FUSEDOPS_LIBRARY" | grep -q "NEEDED.*libstdc++"; then
   echo "libfusedops does not link the shared libstdc++ (static C++ runtime): see above" >&2
@@ -128,6 +149,26 @@ done
 if ! skip bench; then
   step bench bench.log "$FUSEDOPS_PYTHON" "$ROOT/bench/bench.py" --json "$OUT/bench.json" "$@"
 fi
+if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]]; then
+  # One process per run (a process loads one libfusedops); the runs alternate so that drift
+  # over the call falls on both builds alike.
+  read -r -a compare_args <<<"${FUSEDOPS_GPU_COMPARE_ARGS:---models 18,98,39,62 --batches 1,1024 \
+    --dtypes float32,float16,bfloat16 --no-compile --reps 30}"
+  compare() {
+    local a=() b=()
+    for run in $(seq "${FUSEDOPS_GPU_COMPARE_RUNS:-2}"); do
+      FUSEDOPS_LIBRARY="$BASELINE/build-gpu/libfusedops.so" \
+        PYTHONPATH="$BASELINE/models${PYTHONPATH:+:$PYTHONPATH}" \
+        "$FUSEDOPS_PYTHON" "$ROOT/bench/bench.py" "${compare_args[@]}" \
+        --json "$OUT/compare_a$run.json" || return 1
+      "$FUSEDOPS_PYTHON" "$ROOT/bench/bench.py" "${compare_args[@]}" \
+        --json "$OUT/compare_b$run.json" || return 1
+      a+=("$OUT/compare_a$run.json"); b+=("$OUT/compare_b$run.json")
+    done
+    "$FUSEDOPS_PYTHON" "$ROOT/bench/compare.py" --a "${a[@]}" --b "${b[@]}"
+  }
+  step compare compare.log compare
+fi
 
 echo
 echo "GPU: $(cat "$OUT/gpu.txt")"
@@ -137,5 +178,6 @@ for name in "${!status[@]}"; do
   printf '%-20s %s\n' "$name" "$([[ ${status[$name]:-1} == 0 ]] && echo ok || echo "FAILED (${status[$name]:-not run})")"
 done
 [[ -f "$OUT/bench.log" ]] && sed -n '/^GPU: /,$p' "$OUT/bench.log"
+[[ -f "$OUT/compare.log" ]] && sed -n '/^model /,$p' "$OUT/compare.log"
 fail=0; for v in "${status[@]}"; do [[ $v == 0 ]] || fail=1; done
 exit $fail

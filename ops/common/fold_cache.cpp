@@ -115,7 +115,7 @@ bool is_capturing(const c10::cuda::CUDAStream& stream) {
 }  // namespace
 
 struct Entry {
-  FoldKind kind;
+  const FoldKind* kind;
   int64_t param;
   std::vector<SourceStamp> sources;
   FoldTensors tensors;
@@ -132,7 +132,7 @@ struct Entry {
   size_t reader_count = 0;
 #endif
 
-  Entry(FoldKind k, int64_t p, c10::ArrayRef<at::Tensor> src, FoldTensors made)
+  Entry(const FoldKind* k, int64_t p, c10::ArrayRef<at::Tensor> src, FoldTensors made)
       : kind(k), param(p), tensors(std::move(made)), bytes(bytes_of(tensors)) {
     sources.reserve(src.size());
     for (size_t i = 0; i < src.size(); ++i) sources.emplace_back(src[i], /*primary=*/i == 0);
@@ -234,7 +234,7 @@ struct Anchor final : c10::BackendMeta {
     return {};
   }
 
-  Entry* find(FoldKind kind, int64_t param) {
+  Entry* find(const FoldKind* kind, int64_t param) {
     for (auto& e : entries) {
       if (e->kind == kind && e->param == param) return e.get();
     }
@@ -264,13 +264,13 @@ c10::intrusive_ptr<Anchor> anchor_of(const at::Tensor& t) {
 
 }  // namespace
 
-Slot::Slot(FoldKind kind, int64_t param, c10::ArrayRef<at::Tensor> sources)
-    : kind_(kind), param_(param), sources_(sources) {
+Slot::Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources)
+    : kind_(&kind), param_(param), sources_(sources) {
   if (sources.empty() || !std::all_of(sources.begin(), sources.end(), cacheable)) return;
   anchor_ = anchor_of(sources[0]);
   if (!anchor_) return;
   lock_ = std::unique_lock<std::mutex>(anchor_->mutex);
-  entry_ = anchor_->find(kind, param);
+  entry_ = anchor_->find(&kind, param);
 }
 
 Slot::~Slot() = default;

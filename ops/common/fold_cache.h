@@ -1,5 +1,5 @@
 // The weight-fold cache: tensors derived from weights (model 98's pooled Linear, model 18's
-// column sums, the 3xFP16 and 3xTF32 splits of W), computed once and reused while the weights stay the same.
+// column sums, the GEMM engines' splits of W), computed once and reused while the weights stay the same.
 //
 // Why a cache: a fold reads all of W (268 MB at 8192 x 8192), which costs more than the fused
 // call itself, so it must not be redone per call. Why it is built this way: servers load one
@@ -58,15 +58,12 @@
 
 namespace fusedops {
 
-// What a fold is; together with an integer parameter (the pool size, the K-chunk) it names a
-// fold of a weight.
-enum class FoldKind : uint8_t {
-  kAvgPoolLinear,  // model 98: k-row means of W and b (param: k)
-  kSumLinear,      // model 18: column sums of W, sum of b
-  kSplit3xTf32,    // CUDA float32 GEMM, exact fallback: W's interleaved TF32 hi/lo split
-                   // (param: the K-chunk)
-  kSplit3xFp16,    // CUDA float32 GEMM on Hopper: W's scaled fp16 lo/hi pair (one W's bytes)
-                   // and its scale (param: the padded K)
+// What a fold is. Each operator or GEMM engine that folds weights defines its kinds (one
+// constant object each, next to the code that computes the fold: this file knows none of
+// them); a fold of a weight is named by its kind's address and an integer parameter (the pool
+// size, the K-chunk). The name is for messages.
+struct FoldKind {
+  const char* name;
 };
 
 inline constexpr size_t kMaxFoldTensors = 2;
@@ -87,7 +84,7 @@ struct Entry;
 // registry lock).
 class Slot {
  public:
-  Slot(FoldKind kind, int64_t param, c10::ArrayRef<at::Tensor> sources);
+  Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources);
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
   ~Slot();
@@ -98,7 +95,7 @@ class Slot {
   FoldTensors store(FoldTensors made);
 
  private:
-  FoldKind kind_;
+  const FoldKind* kind_;
   int64_t param_;
   c10::ArrayRef<at::Tensor> sources_;
   c10::intrusive_ptr<Anchor> anchor_;  // null: not cacheable, compute every time
@@ -127,7 +124,7 @@ FoldTensors compute_fold(Compute&& compute) {
 // reused. compute() runs on the calling thread, on the current stream, holding the weight's
 // lock: it must not look up folds itself.
 template <typename Compute>
-FoldTensors fold_weights(FoldKind kind, int64_t param, c10::ArrayRef<at::Tensor> sources,
+FoldTensors fold_weights(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources,
                          bool enabled, Compute&& compute) {
   if (!enabled) {
     fold_cache_detail::Slot uncached(kind, param, {});

@@ -14,6 +14,10 @@
 #include <c10/macros/Macros.h>
 #include <c10/util/string_view.h>
 
+#include <type_traits>
+
+#include "common/store.h"
+
 namespace fusedops {
 
 enum class Numerics { kAccurate, kEager };
@@ -39,12 +43,25 @@ inline bool rounds_intermediates(Numerics numerics, bool model_dtype_is_reduced)
 at::Tensor linear_as_the_reference_writes_it(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias);
 
-// One intermediate as the reference stores it: with `eager`, v rounded to the model's dtype
-// scalar_t (and widened back for the next step); otherwise v unchanged. CPU and CUDA kernels
-// share it, so both round at the same places.
+// The same as a run-time choice, for the CPU kernels: with `eager`, RoundedTo<scalar_t>,
+// otherwise Unrounded. CPU and CUDA kernels thus round at the same places.
 template <typename scalar_t, typename acc_t>
 C10_HOST_DEVICE inline acc_t stored_as(acc_t v, bool eager) {
-  return eager ? static_cast<acc_t>(static_cast<scalar_t>(v)) : v;
+  return eager ? RoundedTo<scalar_t>::store(v) : Unrounded::store(v);
+}
+
+// Calls f with Unrounded or RoundedTo<scalar_t> (a value of that type): the one place a
+// run-time numerics choice becomes a kernel's template parameter. Only a float16/bfloat16
+// model has anything to round: for the others no rounding variant is even instantiated.
+template <typename scalar_t, typename F>
+void with_store(bool eager, F&& f) {
+  if constexpr (std::is_same_v<scalar_t, c10::Half> || std::is_same_v<scalar_t, c10::BFloat16>) {
+    if (eager) {
+      f(RoundedTo<scalar_t>{});
+      return;
+    }
+  }
+  f(Unrounded{});
 }
 
 }  // namespace fusedops

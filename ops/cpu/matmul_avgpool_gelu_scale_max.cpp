@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/checks.h"
-#include "common/fold_cache.h"
+#include "common/operator_folds.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
@@ -144,7 +144,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
   // Folding reads all of W (out x in); cached, a steady-state call skips it.
   const FoldTensors fold =
-      fold_weights(FoldKind::kAvgPoolLinear, pool_kernel_size, {weight, bias}, cache_folds,
+      fold_weights(kAvgPoolLinearFold, pool_kernel_size, {weight, bias}, cache_folds,
                    [&] { return fold_avgpool_linear(weight, bias, pool_kernel_size, acc_dtype); });
   const at::Tensor& pooled_weight = fold[0];
   const at::Tensor& pooled_bias = fold[1];

@@ -15,24 +15,29 @@
 #include "common/checks.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
+#include "epilogues/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops {
 namespace {
 
 // For every row of y (batch, channels) and every group of group_size channels: mean and
-// biased variance (two passes, double), normalize, per-channel affine, leaky ReLU, doubled.
-// out may alias y: each element is read before it is written. With `eager` the GroupNorm output
-// and the LeakyReLU output are rounded to scalar_t, where the reference's group_norm and
-// leaky_relu write them (the doubling v + v is exact; y is then already the rounded Linear
-// output, common/numerics.h).
-template <typename scalar_t>
+// biased variance (two passes, double), then the chain of epilogues/groupnorm_leakyrelu_sum.h
+// (normalize, per-channel affine, leaky ReLU, doubled). out may alias y: each element is read
+// before it is written. Store: the eager roundings, where the reference's group_norm and
+// leaky_relu write their outputs (y is then already the rounded Linear output,
+// common/numerics.h).
+template <typename scalar_t, typename Store>
 void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, int64_t channels,
                              int64_t num_groups, const at::opmath_type<scalar_t>* gamma,
                              const at::opmath_type<scalar_t>* beta, double eps,
-                             double negative_slope, bool eager, scalar_t* out) {
+                             double negative_slope, scalar_t* out) {
   using acc_t = at::opmath_type<scalar_t>;
+  using Statistics = epilogues::GroupNormLeakyReluSum<double>;
   const int64_t group_size = channels / num_groups;
-  const acc_t slope = static_cast<acc_t>(negative_slope);
+  const double count = static_cast<double>(group_size);
+  const Statistics statistics{eps, negative_slope};
+  const epilogues::GroupNormLeakyReluSum<acc_t> chain{static_cast<acc_t>(eps),
+                                                      static_cast<acc_t>(negative_slope)};
   at::parallel_for(0, batch, cpu::grain_for(channels), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t g = 0; g < num_groups; ++g) {
@@ -41,21 +46,17 @@ void groupnorm_leakyrelu_sum(const at::opmath_type<scalar_t>* y, int64_t batch, 
         scalar_t* out_group = out + i * channels + first;
         double sum = 0.0;
         for (int64_t c = 0; c < group_size; ++c) sum += static_cast<double>(y_group[c]);
-        const double mean = sum / static_cast<double>(group_size);
+        const double mean = Statistics::mean(sum, count);
         double squared_deviation = 0.0;
         for (int64_t c = 0; c < group_size; ++c) {
           const double deviation = static_cast<double>(y_group[c]) - mean;
           squared_deviation += deviation * deviation;
         }
-        const double variance = squared_deviation / static_cast<double>(group_size);
         const acc_t shift = static_cast<acc_t>(mean);
-        const acc_t inv_std = static_cast<acc_t>(1.0 / std::sqrt(variance + eps));
+        const acc_t inv_std = static_cast<acc_t>(statistics.rstd(squared_deviation, count));
         for (int64_t c = 0; c < group_size; ++c) {
-          const acc_t v = stored_as<scalar_t>(
-              (y_group[c] - shift) * inv_std * gamma[first + c] + beta[first + c], eager);
-          // torch's leaky_relu: v > 0 ? v : v * slope (NaN takes the second branch and stays NaN).
-          const acc_t leaky = stored_as<scalar_t>(v > acc_t(0) ? v : v * slope, eager);
-          out_group[c] = static_cast<scalar_t>(leaky + leaky);
+          out_group[c] = static_cast<scalar_t>(chain.template output<Store>(
+              y_group[c] - shift, inv_std, gamma[first + c], beta[first + c]));
         }
       }
     }
@@ -86,9 +87,12 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "matmul_groupnorm_leakyrelu_sum", [&] {
         using acc_t = at::opmath_type<scalar_t>;
-        groupnorm_leakyrelu_sum<scalar_t>(
-            y.const_data_ptr<acc_t>(), batch, channels, num_groups, gamma.const_data_ptr<acc_t>(),
-            beta.const_data_ptr<acc_t>(), eps, negative_slope, eager, out.data_ptr<scalar_t>());
+        with_store<scalar_t>(eager, [&](auto store) {
+          groupnorm_leakyrelu_sum<scalar_t, decltype(store)>(
+              y.const_data_ptr<acc_t>(), batch, channels, num_groups,
+              gamma.const_data_ptr<acc_t>(), beta.const_data_ptr<acc_t>(), eps, negative_slope,
+              out.data_ptr<scalar_t>());
+        });
       });
   return out;
 }

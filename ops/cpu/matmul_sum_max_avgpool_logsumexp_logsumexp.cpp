@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/checks.h"
-#include "common/fold_cache.h"
+#include "common/operator_folds.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
@@ -129,7 +129,7 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
   // Folding reads all of W (out x in), the matvec only x: cached, a steady-state call skips it.
   // The fold stays in double so that float32 results carry no fold rounding.
   const FoldTensors fold =
-      fold_weights(FoldKind::kSumLinear, 0, {weight, bias}, cache_folds,
+      fold_weights(kSumLinearFold, 0, {weight, bias}, cache_folds,
                    [&] { return fold_sum_linear(weight, bias, at::kDouble); });
   const double* column_sums = fold[0].const_data_ptr<double>();
   const double bias_sum = *fold[1].const_data_ptr<double>();

@@ -1,239 +1,37 @@
-// Model 62 on CUDA: y = x W^T (linear_gemm.cu), then ONE pass over y that adds the bias,
-// normalizes each (sample, group) segment, applies the per-channel affine, LeakyReLU and
-// doubles. A group is a short contiguous segment of one row (16 channels at the default
-// sizes), so each segment is reduced by a power-of-two group of lanes inside one warp:
-// no shared memory, no block barriers, one read of y and one write of out.
-// float16/bfloat16 models on Hopper skip y altogether: the same epilogue runs inside a native
-// half-precision GEMM on its float32 accumulators (gemm/gemm_half.h).
-//
-// "eager" numerics (common/numerics.h) must see the reference's roundings, and PyTorch's CUDA
-// GroupNorm rounds more than the Linear output: it stores each group's mean and 1/std in the
-// input's dtype (eps too) and normalizes with those. A bfloat16 statistic is off by up to 2^-9
-// of itself, which moves an output where gamma * x_hat and beta cancel by more than 1e-2 of
-// itself: measured on an H100 (1024 x 8192 -> 8192, 512 groups, affine parameters not 1 and 0),
-// 5 of 5 seeds had elements past KernelBench's bar when only the unrounded statistics were used
-// (tests/python/test_numerics.py). Rounding our own statistics is not enough either: where they
-// differ from ATen's by an ulp across a rounding boundary the rounded values differ by a whole
-// bfloat16 ulp (1 seed in 5 still failed). So under eager the statistics are ATen's, computed
-// as its RowwiseMomentsCUDAKernel does for groups under 512 channels: Welford per lane over the
-// channels c, c + 32, ..., the lanes combined by shuffles down (16, 8, ..., 1), var = m2 / n,
-// 1/std = rsqrt(var + eps) with eps in the input's dtype (the kernel's eager branch).
+// Model 62 on CUDA, a composition: checks, plan (cuda/linear.h), then either the fused route
+// (float16/bfloat16 on Hopper: bias, GroupNorm, LeakyReLU and x2 on the GEMM's float32
+// accumulators, gemm/gemm_half.h; y is never written) or the planned GEMM followed by one pass
+// over y (epilogues/groupnorm_leakyrelu_sum.h). The math is epilogues/groupnorm_leakyrelu_sum.h
+// in both.
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <type_traits>
-
 #include "common/checks.h"
 #include "common/numerics.h"
-#include "cuda/cuda_helpers.cuh"
+#include "cuda/epilogues/groupnorm_leakyrelu_sum.h"
 #include "cuda/gemm/gemm_half.h"
-#include "cuda/linear_gemm.h"
+#include "cuda/linear.h"
 
 namespace fusedops {
 namespace {
 
-using cuda::acc_t;
-using cuda::ceil_div;
+bool aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
 
-constexpr int kWarpsPerBlock = 8;
-
-// ATen's WelfordOps (SharedReduceOps.h) on one accumulator: the same operations in the same
-// order, so that the same inputs give the same bits.
-template <typename T>
-struct Welford {
-  T mean = 0, m2 = 0, nf = 0;
-};
-
-template <typename T>
-__device__ __forceinline__ Welford<T> welford_add(const Welford<T>& a, T x) {
-  const T new_nf = a.nf + static_cast<T>(1);
-  const T delta = x - a.mean;
-  const T new_mean = a.mean + delta / new_nf;
-  const T new_delta = x - new_mean;
-  return {new_mean, a.m2 + delta * new_delta, new_nf};
-}
-
-// c10::cuda::compat::rsqrt: rsqrtf for float (eager runs only float16/bfloat16 models, whose
-// accumulation type is float).
-template <typename T>
-__device__ __forceinline__ T rsqrt_like_aten(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return rsqrtf(v);
-  } else {
-    return static_cast<T>(1) / sqrt(v);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ Welford<T> welford_combine(const Welford<T>& a, const Welford<T>& b) {
-  if (a.nf == 0) return b;
-  if (b.nf == 0) return a;
-  const T delta = b.mean - a.mean;
-  const T new_count = a.nf + b.nf;
-  const T nb_over_n = b.nf / new_count;
-  return {a.mean + delta * nb_over_n, a.m2 + b.m2 + delta * delta * a.nf * nb_over_n, new_count};
-}
-
-// Lanes per segment: the group size rounded up to a power of two, at most a warp.
-int lanes_per_segment(int64_t group_size) {
-  int lanes = 1;
-  while (lanes < group_size && lanes < cuda::kWarpSize) lanes *= 2;
-  return lanes;
-}
-
-// Segment s = (row, group) covers y[s * group_size, (s + 1) * group_size) because
-// hidden = groups * group_size; its first channel is (s mod groups) * group_size.
-template <typename scalar_t, typename y_t>
-__global__ void groupnorm_leakyrelu_sum_kernel(const y_t* __restrict__ y,
-                                               const scalar_t* __restrict__ bias,
-                                               const scalar_t* __restrict__ gamma,
-                                               const scalar_t* __restrict__ beta,
-                                               scalar_t* __restrict__ out, int64_t segments,
-                                               int64_t groups, int64_t group_size, int lanes,
-                                               y_t eps, y_t negative_slope, bool eager) {
-  const int lane = threadIdx.x % cuda::kWarpSize;
-  const int segments_per_warp = cuda::kWarpSize / lanes;
-  const int sub = lane % lanes;
-  const int64_t warp =
-      blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / cuda::kWarpSize;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
-  const y_t count = static_cast<y_t>(group_size);
-  // Every lane runs the same iterations so that the shuffles stay full-warp.
-  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
-    const int64_t segment = first + lane / lanes;
-    const bool valid = segment < segments;
-    const int64_t base = valid ? segment * group_size : 0;
-    const int64_t channel0 = valid ? (segment % groups) * group_size : 0;
-    const int64_t len = valid ? group_size : 0;
-
-    auto linear = [&](int64_t c) { return y[base + c] + static_cast<y_t>(bias[channel0 + c]); };
-    y_t mean, rstd;
-    if (eager) {
-      // ATen's statistics (file comment): lane `sub` of a segment is ATen's thread `sub`, which
-      // reads channels sub, sub + 32, ...; lanes <= 32, so the lanes past the group are the
-      // ones ATen leaves empty, and a shuffle down stays inside the segment.
-      Welford<y_t> w;
-      for (int64_t c = sub; c < len; c += lanes) w = welford_add(w, linear(c));
-      for (int offset = lanes / 2; offset > 0; offset /= 2) {
-        Welford<y_t> other;
-        other.mean = __shfl_down_sync(0xffffffffu, w.mean, offset, lanes);
-        other.m2 = __shfl_down_sync(0xffffffffu, w.m2, offset, lanes);
-        other.nf = __shfl_down_sync(0xffffffffu, w.nf, offset, lanes);
-        w = welford_combine(w, other);
-      }
-      const y_t group_mean = __shfl_sync(0xffffffffu, w.mean, 0, lanes);
-      const y_t var = __shfl_sync(0xffffffffu, w.m2 / w.nf, 0, lanes);
-      const y_t eps_stored = static_cast<y_t>(static_cast<scalar_t>(eps));
-      mean = stored_as<scalar_t>(group_mean, true);
-      rstd = stored_as<scalar_t>(rsqrt_like_aten(var + eps_stored), true);
-    } else {
-      y_t sum = 0;
-      for (int64_t c = sub; c < len; c += lanes) sum += linear(c);
-      mean = cuda::warp_sum(sum, lanes) / count;
-      y_t sq = 0;  // second pass over the (cache-resident) segment: no E[v^2] - E[v]^2 cancellation
-      for (int64_t c = sub; c < len; c += lanes) {
-        const y_t d = linear(c) - mean;
-        sq += d * d;
-      }
-      const y_t var = cuda::warp_sum(sq, lanes) / count;
-      rstd = static_cast<y_t>(1) / sqrt(var + eps);
-    }
-    for (int64_t c = sub; c < len; c += lanes) {
-      const y_t v = stored_as<scalar_t>((linear(c) - mean) * rstd *
-                                                static_cast<y_t>(gamma[channel0 + c]) +
-                                            static_cast<y_t>(beta[channel0 + c]),
-                                        eager);
-      const y_t leaky =
-          stored_as<scalar_t>(v > static_cast<y_t>(0) ? v : v * negative_slope, eager);
-      out[base + c] = static_cast<scalar_t>(leaky + leaky);
-    }
-  }
-}
-
-// The same for float32 y and groups of 4..128 channels (a multiple of 4; the default is 16):
-// each lane owns 4 consecutive channels, loaded once with one 16-byte load and kept in
-// registers through both statistics and the output.
-template <typename scalar_t>
-__global__ void groupnorm_leakyrelu_sum_vec4_kernel(const float* __restrict__ y,
-                                                    const scalar_t* __restrict__ bias,
-                                                    const scalar_t* __restrict__ gamma,
-                                                    const scalar_t* __restrict__ beta,
-                                                    scalar_t* __restrict__ out, int64_t segments,
-                                                    int64_t groups, int group_size, int lanes,
-                                                    float eps, float negative_slope, bool eager) {
-  const int lane = threadIdx.x % cuda::kWarpSize;
-  const int segments_per_warp = cuda::kWarpSize / lanes;
-  const int quad = lane % lanes;
-  const bool quad_in_group = 4 * quad < group_size;
-  const int64_t warp =
-      blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / cuda::kWarpSize;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
-  const float count = static_cast<float>(group_size);
-  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
-    const int64_t segment = first + lane / lanes;
-    const bool active = segment < segments && quad_in_group;
-    const int64_t offset = segment * group_size + 4 * quad;
-    const int64_t channel = active ? (segment % groups) * group_size + 4 * quad : 0;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    if (active) {
-      const float4 t = *reinterpret_cast<const float4*>(y + offset);
-      v[0] = t.x + static_cast<float>(bias[channel]);
-      v[1] = t.y + static_cast<float>(bias[channel + 1]);
-      v[2] = t.z + static_cast<float>(bias[channel + 2]);
-      v[3] = t.w + static_cast<float>(bias[channel + 3]);
-    }
-    const float mean = cuda::warp_sum(v[0] + v[1] + v[2] + v[3], lanes) / count;
-    float sq = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      v[e] = active ? v[e] - mean : 0.f;
-      sq += v[e] * v[e];
-    }
-    const float rstd = 1.0f / sqrtf(cuda::warp_sum(sq, lanes) / count + eps);
-    if (active) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float o = stored_as<scalar_t>(v[e] * rstd * static_cast<float>(gamma[channel + e]) +
-                                                static_cast<float>(beta[channel + e]),
-                                            eager);
-        const float leaky = stored_as<scalar_t>(o > 0.f ? o : o * negative_slope, eager);
-        out[offset + e] = static_cast<scalar_t>(leaky + leaky);
-      }
-    }
-  }
-}
-
-// float16/bfloat16, "accurate" numerics: the whole chain as the epilogue of a native
-// half-precision GEMM (gemm/gemm_half.h), when cuda::use_fused_half_gemm says so. Returns
-// whether it ran.
-bool fused_half(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                int64_t group_size, const at::Tensor& gn_weight, const at::Tensor& gn_bias,
-                double eps, double negative_slope, at::Tensor& out) {
-  const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
-  const at::Tensor gamma = gn_weight.contiguous(), beta = gn_bias.contiguous();
-  auto aligned4 = [](const at::Tensor& t) {
-    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0;
-  };
-  const bool epilogue_ok = cuda::gemm::half_groupnorm_group_ok(group_size) && aligned4(bc) &&
-                           aligned4(gamma) && aligned4(beta);
-  if (!cuda::use_fused_half_gemm("matmul_groupnorm_leakyrelu_sum", xc, wc, epilogue_ok)) {
-    return false;
-  }
+void run_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+               int64_t group_size, const at::Tensor& gamma, const at::Tensor& beta, double eps,
+               double negative_slope, at::Tensor& out) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   const cuda::gemm::Fp16GemmShape shape{static_cast<int>(m), static_cast<int>(n),
                                         static_cast<int>(k), 1, k, k, 0, 0};
   const cuda::gemm::GroupNormEpilogueArgs epilogue{
-      bc.data_ptr(),  gamma.data_ptr(), beta.data_ptr(), static_cast<int>(group_size),
+      bias.data_ptr(),          gamma.data_ptr(), beta.data_ptr(), static_cast<int>(group_size),
       static_cast<float>(eps), static_cast<float>(negative_slope), out.data_ptr()};
   const auto type = x.scalar_type() == at::kHalf ? cuda::gemm::HalfType::kFloat16
                                                  : cuda::gemm::HalfType::kBFloat16;
-  cuda::gemm::half_groupnorm_gemm_sm90(type, shape, xc.data_ptr(), wc.data_ptr(), epilogue,
+  cuda::gemm::half_groupnorm_gemm_sm90(type, shape, x.data_ptr(), weight.data_ptr(), epilogue,
                                        at::cuda::getCurrentCUDAStream());
-  return true;
 }
 
 at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Tensor& weight,
@@ -242,54 +40,29 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
                                                const at::Tensor& gn_bias, double eps,
                                                double negative_slope, bool cache_folds,
                                                c10::string_view numerics) {
-  const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
+  const Numerics mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), hidden = weight.size(0);
   at::Tensor out = at::empty({batch, hidden}, x.options());
   if (batch == 0 || hidden == 0) return out;
-  // Under eager (float16/bfloat16) y is the Linear output as the reference writes it, bias
-  // included (common/numerics.h), and the kernels round the GroupNorm and LeakyReLU outputs
-  // where the reference writes them (the doubling v + v is exact).
-  const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
-  const bool eager = rounds_intermediates(numerics_mode, reduced);
+  const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
+  const at::Tensor gamma = gn_weight.contiguous(), beta = gn_bias.contiguous();
   const int64_t group_size = hidden / num_groups;
-  if (reduced && !eager && fused_half(x, weight, bias, group_size, gn_weight, gn_bias, eps,
-                                       negative_slope, out)) {
+  // The fused epilogue reduces a group in registers (its layout rule) and loads channel pairs.
+  const bool fusable = cuda::gemm::half_groupnorm_group_ok(group_size) && aligned4(bc) &&
+                       aligned4(gamma) && aligned4(beta);
+  const cuda::PlannedLinear planned =
+      cuda::plan_linear(plan::Op::kGroupNormLeakyRelu, xc, wc, mode, fusable);
+  if (planned.plan.route == plan::Route::kSm90HalfFused) {
+    run_fused(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, out);
     return out;
   }
-  const at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
-                             : cuda::linear_nt(x, weight, cache_folds);
-  const at::Tensor bc = eager ? at::zeros(bias.sizes(), bias.options()) : bias.contiguous();
-  const at::Tensor gamma = gn_weight.contiguous();
-  const at::Tensor beta = gn_bias.contiguous();
-  const int64_t segments = batch * num_groups;
-  // Eager takes the scalar kernel: its lanes are ATen's threads (its eager branch).
-  const bool vec4 = !eager && x.scalar_type() != at::kDouble && group_size % 4 == 0 &&
-                    group_size <= 4 * cuda::kWarpSize;
-  const int lanes = lanes_per_segment(vec4 ? group_size / 4 : group_size);
-  const int64_t warps_needed = ceil_div(segments, cuda::kWarpSize / lanes);
-  const int64_t blocks = std::min<int64_t>(ceil_div(warps_needed, kWarpsPerBlock), 65535LL * 32);
-  const int threads = kWarpsPerBlock * cuda::kWarpSize;
-  auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "groupnorm_leakyrelu_sum", [&] {
-    using y_t = acc_t<scalar_t>;
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      if (vec4) {
-        groupnorm_leakyrelu_sum_vec4_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
-            y.data_ptr<float>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
-            beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups,
-            static_cast<int>(group_size), lanes, static_cast<float>(eps),
-            static_cast<float>(negative_slope), eager);
-        return;
-      }
-    }
-    groupnorm_leakyrelu_sum_kernel<scalar_t, y_t><<<blocks, threads, 0, stream>>>(
-        y.data_ptr<y_t>(), bc.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
-        beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), segments, num_groups, group_size,
-        lanes, static_cast<y_t>(eps), static_cast<y_t>(negative_slope), eager);
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  // Eager (float16/bfloat16): the reference's roundings of the GroupNorm and LeakyReLU outputs.
+  const bool eager = rounds_intermediates(mode, linear.y.scalar_type() != x.scalar_type());
+  cuda::groupnorm_leakyrelu_sum_pass(linear.y, linear.bias_added ? at::Tensor() : bc, num_groups,
+                                     gamma, beta, eps, negative_slope, eager, out);
   return out;
 }
 

@@ -34,6 +34,7 @@ namespace fusedops::testing {
 namespace {
 
 // A stand-in fold with model 18's shape: column sums of w and the sum of b.
+constexpr FoldKind kTestFold{"test: column sums"};
 struct CountingFold {
   std::atomic<int> calls{0};
   FoldTensors operator()(const at::Tensor& w, const at::Tensor& b) {
@@ -44,7 +45,7 @@ struct CountingFold {
 
 FoldTensors lookup(const at::Tensor& w, const at::Tensor& b, CountingFold& fold,
                    bool enabled = true, int64_t param = 0) {
-  return fold_weights(FoldKind::kSumLinear, param, {w, b}, enabled, [&] { return fold(w, b); });
+  return fold_weights(kTestFold, param, {w, b}, enabled, [&] { return fold(w, b); });
 }
 
 TEST(FoldCache, ReusesWhileWeightsStayTheSame) {
@@ -183,7 +184,7 @@ TEST(FoldCache, ConcurrentFirstLookupsComputeOnce) {
         std::unique_lock<std::mutex> lock(mutex);
         start.wait(lock, [&] { return go; });
       }
-      results[t] = fold_weights(FoldKind::kSumLinear, 0, {w, b}, true, [&] {
+      results[t] = fold_weights(kTestFold, 0, {w, b}, true, [&] {
         calls.fetch_add(1);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a slow fold
         return FoldTensors{w.sum(0), b.sum()};
@@ -204,7 +205,7 @@ TEST(FoldCache, AFoldCannotLookUpAnotherFold) {
   const at::Tensor w = at::randn({16, 8});
   const at::Tensor b = at::randn({16});
   const at::Tensor w2 = at::randn({16, 8});
-  EXPECT_THROW(fold_weights(FoldKind::kSumLinear, 0, {w, b}, true,
+  EXPECT_THROW(fold_weights(kTestFold, 0, {w, b}, true,
                             [&] {
                               CountingFold inner;
                               return lookup(w2, b, inner);

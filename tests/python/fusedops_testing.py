@@ -16,6 +16,11 @@ from fusedops.accuracy import Tolerance, assert_within_tolerance, tolerance_for
 
 KEYS = ("98", "18", "39", "62")
 
+# Operators of the library that take no tensor (ops/fusedops.cpp): the fold cache's, the
+# version, and what ran (ops/plan/explain.h) with the settings' reload.
+HOUSEKEEPING_OPS = {"clear_fold_cache", "fold_cache_stats", "version", "record_routes",
+                    "routes_taken", "reload_settings"}
+
 # Unit roundoff of each dtype (half an ulp at 1.0).
 UNIT_ROUNDOFF = {
     torch.float64: 2.0 ** -53,

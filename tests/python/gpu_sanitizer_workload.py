@@ -1,7 +1,6 @@
 """Runs every fusedops CUDA kernel once per dtype at small, odd sizes and checks the result
 against the reference model. Meant to run under compute-sanitizer (memcheck, racecheck):
 scripts/gpu_check.sh does that. Exits non-zero on any mismatch."""
-import os
 import sys
 
 import torch
@@ -63,28 +62,28 @@ def main():
     # width 52, odd K, a pool leaving rows over). Rows the range guard sends to the exact path
     # (inf, a denormal row whose scale leaves float32's range) and a zero row.
     if torch.cuda.get_device_capability() == (9, 0):
-        os.environ["FUSEDOPS_FP32_GEMM"] = "3xfp16"
-        for m, n, k in ((128, 256, 1024), (300, 260, 513)):
-            failures += not engine_case("39", (k, n, (n,)), m, k, f"39 eval 3xfp16 {m}x{n}x{k}")
-        failures += not engine_case("98", (1001, 366, 7, -1.5), 77, 1001, "98 3xfp16 77x366x1001")
-        del os.environ["FUSEDOPS_FP32_GEMM"]
+        with fusedops.settings(FUSEDOPS_FP32_GEMM="3xfp16"):
+            for m, n, k in ((128, 256, 1024), (300, 260, 513)):
+                failures += not engine_case("39", (k, n, (n,)), m, k,
+                                            f"39 eval 3xfp16 {m}x{n}x{k}")
+            failures += not engine_case("98", (1001, 366, 7, -1.5), 77, 1001,
+                                        "98 3xfp16 77x366x1001")
         # The native half GEMM with model 62's epilogue fused, forced: partial tiles in M, N
         # (400 = 3 x 128 + 16) and K (520), groups of 16; and groups of 32 over two tiles.
-        os.environ["FUSEDOPS_HALF_GEMM"] = "fused"
-        for (m, k, n, groups), dtype in (((300, 520, 400, 25), torch.float16),
-                                         ((129, 136, 256, 8), torch.bfloat16)):
-            prob = PROBLEMS["62"]
-            ref = prob.model(k, n, groups).cuda().to(dtype)
-            new = prob.model_new(k, n, groups).cuda().to(dtype)
-            new.load_state_dict(ref.state_dict())
-            x = torch.randn(m, k, device="cuda", dtype=dtype)
-            with torch.no_grad():
-                out_ref, out_new = ref(x), new(x)
-            torch.cuda.synchronize()
-            ok = torch.allclose(out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
-            print(f"62 {dtype} fused half GEMM {m}x{k}x{n} groups {groups}: {'ok' if ok else 'MISMATCH'}")
-            failures += not ok
-        del os.environ["FUSEDOPS_HALF_GEMM"]
+        with fusedops.settings(FUSEDOPS_HALF_GEMM="fused"):
+            for (m, k, n, groups), dtype in (((300, 520, 400, 25), torch.float16),
+                                             ((129, 136, 256, 8), torch.bfloat16)):
+                prob = PROBLEMS["62"]
+                ref = prob.model(k, n, groups).cuda().to(dtype)
+                new = prob.model_new(k, n, groups).cuda().to(dtype)
+                new.load_state_dict(ref.state_dict())
+                x = torch.randn(m, k, device="cuda", dtype=dtype)
+                with torch.no_grad():
+                    out_ref, out_new = ref(x), new(x)
+                torch.cuda.synchronize()
+                ok = torch.allclose(out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
+                print(f"62 {dtype} fused half GEMM {m}x{k}x{n} groups {groups}: {'ok' if ok else 'MISMATCH'}")
+                failures += not ok
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")
     b = torch.randn(50, device="cuda")

@@ -11,6 +11,8 @@ import threading
 import pytest
 import torch
 
+import fusedops
+
 from fusedops.accuracy import assert_within_tolerance, tolerance_for
 from fusedops_testing import assert_float32, make_input, make_pair, run_trio
 
@@ -21,10 +23,10 @@ requires_hopper = pytest.mark.skipif(not HOPPER, reason="the 3xFP16 engine needs
 
 
 @pytest.fixture
-def engine(monkeypatch):
-    monkeypatch.setenv("FUSEDOPS_FP32_GEMM", "3xfp16")
+def engine():
     torch.ops.fusedops.clear_fold_cache()
-    yield
+    with fusedops.settings(FUSEDOPS_FP32_GEMM="3xfp16"):
+        yield
     torch.ops.fusedops.clear_fold_cache()
 
 
@@ -201,10 +203,10 @@ def test_weight_update_refolds(engine):
 
 
 @pytest.mark.skipif(HOPPER, reason="on Hopper the engine runs")
-def test_forcing_engine_elsewhere_is_an_error(monkeypatch):
-    monkeypatch.setenv("FUSEDOPS_FP32_GEMM", "3xfp16")
+def test_forcing_engine_elsewhere_is_an_error():
     ref, new = model39(256, 128)
-    with pytest.raises(RuntimeError, match="FUSEDOPS_FP32_GEMM=3xfp16 needs an sm_90 GPU"):
+    with fusedops.settings(FUSEDOPS_FP32_GEMM="3xfp16"), pytest.raises(
+            RuntimeError, match="FUSEDOPS_FP32_GEMM=3xfp16 needs an sm_90 GPU"):
         new(make_input((64, 256), "rand", device="cuda"))
 
 

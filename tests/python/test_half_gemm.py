@@ -9,6 +9,8 @@ ran the fused kernel."""
 import pytest
 import torch
 
+import fusedops
+
 from fusedops_testing import assert_reduced, make_input, make_pair, run_trio
 
 pytestmark = pytest.mark.cuda
@@ -19,8 +21,9 @@ DTYPES = [torch.float16, torch.bfloat16]
 
 
 @pytest.fixture
-def fused(monkeypatch):
-    monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fused")
+def fused():
+    with fusedops.settings(FUSEDOPS_HALF_GEMM="fused"):
+        yield
 
 
 def model62(in_features, hidden, groups, dtype):
@@ -29,8 +32,7 @@ def model62(in_features, hidden, groups, dtype):
 
 def forward_with(monkeypatch, setting, model, x):
     """model(x) with FUSEDOPS_HALF_GEMM=setting."""
-    monkeypatch.setenv("FUSEDOPS_HALF_GEMM", setting)
-    with torch.no_grad():
+    with fusedops.settings(FUSEDOPS_HALF_GEMM=setting), torch.no_grad():
         return model(x)
 
 
@@ -118,11 +120,10 @@ def test_fused_refuses_what_it_cannot_run(fused, k, n, groups, why):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_half_gemm_setting_is_checked(monkeypatch):
-    monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "fast")
     _, new = model62(64, 256, 16, torch.float16)
     x = make_input((8, 64), dtype=torch.float16, device="cuda")
-    with pytest.raises(RuntimeError,
-                       match="FUSEDOPS_HALF_GEMM must be auto, cublas or fused, got fast"):
+    with fusedops.settings(FUSEDOPS_HALF_GEMM="fast"), pytest.raises(
+            RuntimeError, match="FUSEDOPS_HALF_GEMM must be auto, cublas or fused, got fast"):
         new(x)
 
 

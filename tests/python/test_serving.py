@@ -24,7 +24,7 @@ LINEAR = {"98": "matmul", "18": "linear", "39": "gemm", "62": "fc"}
 # Models whose CPU and CUDA kernels fold their weights at any size (SPEC.md's algebra).
 FOLDING_KEYS = ("98", "18")
 # On CUDA, 39 and 62 fold W into its 3xTF32 split once the GEMM is large enough for it
-# (ops/cuda/linear_gemm.cu: at least 128 rows, 2048 outputs and one 1024-wide K chunk).
+# (ops/plan/planner.cpp: at least 128 rows, 2048 outputs and one 1024-wide K chunk).
 SPLIT_ARGS = {"39": (1024, 2048, (2048,)), "62": (1024, 2048, 128)}
 SPLIT_BATCH = 128
 

@@ -14,7 +14,8 @@
 //   - a group of 16 b columns adds b block sums (a butterfly over blocks; the same additions in
 //     every lane, so every lane holds the bit-identical group sum: deterministic).
 // Variance is the two-pass form over the values held in registers (no E[v^2] - E[v]^2
-// cancellation), as the unfused kernel computes it. Included only by sm90_*.cu files.
+// cancellation); the statistics and the per-channel chain are epilogues/
+// groupnorm_leakyrelu_sum.h, as in the unfused kernels. Included only by sm90_*.cu files.
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -23,6 +24,9 @@
 #include "cutlass/epilogue/collective/detail.hpp"
 #include "cutlass/epilogue/dispatch_policy.hpp"
 #include "cutlass/numeric_conversion.h"
+
+#include "common/store.h"
+#include "epilogues/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops::cuda::gemm::sm90 {
 
@@ -116,7 +120,8 @@ class GroupNormLeakyReluSumEpilogue {
 
     Tensor y = make_fragment_like<float>(accumulators);
     const int blocks_per_group = params_.group_size / kBlock;
-    const float inv_count = 1.0f / static_cast<float>(params_.group_size);
+    const float count = static_cast<float>(params_.group_size);
+    const epilogues::GroupNormLeakyReluSum<float> chain{params_.eps, params_.negative_slope};
 
     // Pass 1: y = acc + bias; the group means.
     CUTLASS_PRAGMA_UNROLL
@@ -137,7 +142,7 @@ class GroupNormLeakyReluSumEpilogue {
     }
     float mean[kMmaM][2][kBlocks];
     group_sums(y, blocks_per_group, mean, [](float v) { return v; },
-               [&](float sum) { return sum * inv_count; });
+               [&](float sum) { return chain.mean(sum, count); });
     // Pass 2: centre the values, then the group variances.
     CUTLASS_PRAGMA_UNROLL
     for (int v2 = 0; v2 < kV; ++v2) {
@@ -152,7 +157,7 @@ class GroupNormLeakyReluSumEpilogue {
     }
     float rstd[kMmaM][2][kBlocks];
     group_sums(y, blocks_per_group, rstd, [](float v) { return v * v; },
-               [&](float sum) { return 1.0f / sqrtf(sum * inv_count + params_.eps); });
+               [&](float sum) { return chain.rstd(sum, count); });
     // Pass 3: affine, LeakyReLU, x2 (exact), rounded once to the model's dtype and stored.
     CUTLASS_PRAGMA_UNROLL
     for (int v2 = 0; v2 < kV; ++v2) {
@@ -168,10 +173,8 @@ class GroupNormLeakyReluSumEpilogue {
           float out[2];
           CUTLASS_PRAGMA_UNROLL
           for (int v0 = 0; v0 < 2; ++v0) {
-            const float o =
-                y(make_coord(v0, v1, v2), mm, 0) * rstd[mm][v1][v2 / 2] * g[v0] + be[v0];
-            const float leaky = o > 0.f ? o : o * params_.negative_slope;
-            out[v0] = leaky + leaky;
+            out[v0] = chain.template output<Unrounded>(y(make_coord(v0, v1, v2), mm, 0),
+                                                       rstd[mm][v1][v2 / 2], g[v0], be[v0]);
           }
           if (row < m_total) store_pair(row, col, n_total, out);
         }

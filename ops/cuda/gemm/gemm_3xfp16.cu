@@ -247,10 +247,21 @@ unsigned grid_rows(int64_t rows) {
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535));
 }
 
+// W's scale and fp16 pair: one fold of this engine's kind (param: the padded K).
+constexpr FoldKind kSplit3xFp16Fold{"3xfp16 weight split"};
+
+// The prepared weight, named; stored in the cache as its two tensors.
+struct PreparedWeight {
+  at::Tensor pair;   // (N, 2 kp) fp16, [lo | hi]; undefined: W failed the range check
+  at::Tensor shift;  // (1,) int32: W's power-of-two scale
+  static PreparedWeight of(const FoldTensors& t) { return {t[0], t[1]}; }
+  FoldTensors tensors() const { return {pair, shift}; }
+};
+
 // The weight preparation: W's scale (one power of two for the tensor) and its fp16 pair
 // [lo | hi], one fold. The range check reads W's row maxima on the host: once per weight.
 // An undefined pair means W failed the check (inf/nan, or rows too far below its maximum).
-FoldTensors prepare_weight_3xfp16(const at::Tensor& weight) {
+PreparedWeight prepare_weight_3xfp16(const at::Tensor& weight) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &capture));
   if (capture != cudaStreamCaptureStatusNone) {
@@ -272,8 +283,7 @@ FoldTensors prepare_weight_3xfp16(const at::Tensor& weight) {
       weight.data_ptr<float>(), reinterpret_cast<__half*>(pair.data_ptr<at::Half>()), n, k, kp,
       shift);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  at::Tensor shift_tensor = at::full({1}, shift, weight.options().dtype(at::kInt));
-  return {pair, shift_tensor};
+  return {pair, at::full({1}, shift, weight.options().dtype(at::kInt))};
 }
 
 // Split-K slices: enough that the output tiles fill the SMs (model 98: 32 tiles of the promoted
@@ -299,10 +309,11 @@ struct Operands {
 bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
                     bool cache_folds, Operands& ops) {
   const int64_t m = x.size(0), k = x.size(1), kp = padded_k(k);
-  const FoldTensors prepared = fold_weights(FoldKind::kSplit3xFp16, kp, {weight_key},
-                                            cache_folds, [&] { return prepare_weight_3xfp16(weight); });
-  if (!prepared[0].defined()) return false;
-  ops.w_pair = prepared[0];
+  const PreparedWeight prepared = PreparedWeight::of(
+      fold_weights(kSplit3xFp16Fold, kp, {weight_key}, cache_folds,
+                   [&] { return prepare_weight_3xfp16(weight).tensors(); }));
+  if (!prepared.pair.defined()) return false;
+  ops.w_pair = prepared.pair;
   const GuardLayout layout{m};
   ops.guard = at::empty({layout.size()}, x.options().dtype(at::kInt));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -310,29 +321,33 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   ops.x_pair = at::empty({m, 2 * kp}, x.options().dtype(at::kHalf));
   split_rows_kernel<<<grid_rows(m), kThreads, 0, stream>>>(
       x.data_ptr<float>(), reinterpret_cast<__half*>(ops.x_pair.data_ptr<at::Half>()), m, k, kp,
-      ops.guard.data_ptr<int>(), prepared[1].data_ptr<int>());
+      ops.guard.data_ptr<int>(), prepared.shift.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
 
-// The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each).
+// The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each), and the
+// view through which y is read from them.
 void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cross_slices,
                   int main_slices, Partials3xFp16& out) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Half* xp = ops.x_pair.data_ptr<at::Half>();
   const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n);
-  out.cross_slices = cross_slices;
-  out.main_slices = main_slices;
   out.guard = ops.guard;
   out.partials =
-      at::empty({(out.cross_slices + out.main_slices) * m * n}, ops.guard.options().dtype(at::kFloat));
+      at::empty({(cross_slices + main_slices) * m * n}, ops.guard.options().dtype(at::kFloat));
   float* pc = out.partials.data_ptr<float>();
-  const int64_t cross_k = 2 * kp / out.cross_slices, main_k = kp / out.main_slices;
-  cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), out.cross_slices, 2 * kp, 2 * kp, cross_k,
+  const GuardLayout layout{m};
+  const int* g = ops.guard.data_ptr<int>();
+  out.view = Partials3xFp16View{pc, cross_slices, main_slices, n, m * n,
+                                reinterpret_cast<const float*>(g + layout.alpha()),
+                                reinterpret_cast<const float*>(g + layout.beta())};
+  const int64_t cross_k = 2 * kp / cross_slices, main_k = kp / main_slices;
+  cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
                    m * n}, xp, wp, pc, stream);
-  promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), out.main_slices, 2 * kp, 2 * kp,
-                              main_k, m * n}, xp, wp + kp, pc + out.cross_slices * m * n, stream);
+  promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), main_slices, 2 * kp, 2 * kp,
+                              main_k, m * n}, xp, wp + kp, pc + cross_slices * m * n, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -347,14 +362,6 @@ void with_sizes(int64_t m, int64_t n, int64_t k, F&& f) {
 }
 
 }  // namespace
-
-bool can_run_3xfp16(int64_t m, int64_t n, int64_t k) {
-  if (!sm90_kernels_built()) return false;
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  if (prop->major != 9 || prop->minor != 0) return false;
-  const int64_t limit = std::numeric_limits<int32_t>::max();
-  return n % 4 == 0 && m <= limit && n <= limit && 2 * padded_k(k) <= limit;
-}
 
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& weight_key, bool cache_folds,
@@ -397,12 +404,9 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
     } else {
       Partials3xFp16 partials;
       run_partials(ops, m, n, kp, cross_slices, main_slices, partials);
-      const Partials3xFp16View view{partials.partials.data_ptr<float>(), partials.cross_slices,
-                                    partials.main_slices, n, m * n,
-                                    reinterpret_cast<const float*>(g + layout.alpha()),
-                                    reinterpret_cast<const float*>(g + layout.beta())};
       const int64_t blocks = std::min<int64_t>(ceil_div(m * n / 4, kThreads), 1024);
-      combine_slices_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(view, out);
+      combine_slices_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(partials.view,
+                                                                                out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

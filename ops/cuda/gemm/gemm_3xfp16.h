@@ -11,8 +11,8 @@
 // Error at 1024 x 8192 x 8192: see docs/PERFORMANCE.md.
 //
 // Pieces, each named:
-//   weight preparation  prepare_weight_3xfp16: scale + split of W, cached as ONE fold
-//                       (FoldKind::kSplit3xFp16; the fp16 pair is one W's bytes), with W's range
+//   weight preparation  prepare_weight_3xfp16: scale + split of W, cached as ONE fold of the
+//                       engine's own kind (the fp16 pair is one W's bytes), with W's range
 //                       check done once there.
 //   activation split    per call, on the GPU, one pass over x: a block reads its row's range,
 //                       then splits the row (the second read hits L2); no host sync.
@@ -22,7 +22,7 @@
 //                       recomputed exactly in float64 afterwards (fixup_rows, or the fused
 //                       epilogue of an operator: epilogue_3xfp16.cuh). A weight that fails the
 //                       same check (found once, when its fold is made) sends the whole GEMM to
-//                       the exact cuBLAS path instead (linear_gemm.cu).
+//                       the exact cuBLAS path instead (the plan's fallback, cuda/linear.cu).
 //   mainloops           mainloop_3xfp16_sm90.h (CUTLASS SM90 pieces).
 //   epilogues           y itself (per-row alpha/beta in the promoted GEMM's epilogue, or the
 //                       split-K combination), or the raw K-slice partials for an operator that
@@ -31,16 +31,16 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "cuda/gemm/epilogue_3xfp16.cuh"
+
 namespace fusedops::cuda::gemm {
 
-// Whether the engine can run y = x W^T for these float32 sizes on the current device: a
-// Hopper GPU (sm_90) with this build's sm_90a kernels, N a multiple of 4 (16-byte output rows
-// for the TMA store), sizes inside CUTLASS's 32-bit dimensions, and not during CUDA-graph
-// capture when the weight's fold is not yet made (its range check reads a flag on the host).
-bool can_run_3xfp16(int64_t m, int64_t n, int64_t k);
-
+// When the engine can run is the planner's rule (plan/planner.cpp: an sm_90 device with this
+// build's sm_90a kernels, N a multiple of 4, 32-bit sizes).
+//
 // y (M, N) float32 = x (M, K) W (N, K)^T. x and weight contiguous float32 on the current
-// device; weight_key owns the cached fold. Returns false (y untouched) when the weight fails
+// device; weight_key owns the cached fold. During a CUDA-graph capture a weight whose fold is
+// not made yet is refused too (its range check reads a flag on the host). Returns false (y untouched) when the weight fails
 // the range check: the caller then runs its exact path.
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, at::Tensor& y);
@@ -51,9 +51,8 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
 // the epilogue's to recompute exactly). Saves writing y and reading it back.
 struct Partials3xFp16 {
   at::Tensor partials;  // float32, (cross_slices + main_slices) slices of M x N, cross first
-  at::Tensor guard;     // per-row alpha and beta, guarded rows (layout: epilogue_3xfp16.cuh)
-  int cross_slices = 0;
-  int main_slices = 0;
+  at::Tensor guard;     // per-row alpha and beta, guarded rows (GuardLayout)
+  Partials3xFp16View view;  // y's values as an epilogue reads them (pointers into the above)
 };
 
 // As linear_nt_3xfp16, but leaves `out` instead of y. Returns false when the weight fails the

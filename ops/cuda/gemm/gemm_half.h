@@ -20,11 +20,6 @@ namespace fusedops::cuda::gemm {
 
 enum class HalfType { kFloat16, kBFloat16 };
 
-// The output tile (why ping-pong 128 x 128: sm90_half_gemm.cu); a GroupNorm group must fit
-// inside one tile row.
-inline constexpr int kHalfTileM = 128;
-inline constexpr int kHalfTileN = 128;
-
 // out = 2 * LeakyReLU(GroupNorm(x W^T + bias)), all (M, N) row-major in `type`, x (M, K) with
 // leading dimension shape.lda, W (N, K) with shape.ldb; bias, gamma, beta (N). Requirements
 // (half_groupnorm_supported): group_size a power of two in [16, kHalfTileN], N a multiple of

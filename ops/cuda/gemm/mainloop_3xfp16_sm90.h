@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/tile_shapes.h"
+
 namespace fusedops::cuda::gemm {
 
 struct Fp16GemmShape {
@@ -22,12 +24,6 @@ struct Fp16GemmShape {
   int64_t batch_stride_ab, batch_stride_d;
 };
 
-// Output tiles (why: sm90_gemm_types.cuh): the promoted GEMMs', and the cross GEMM's, twice as
-// wide (it keeps one accumulator set, so a 128 x 256 tile fits the registers).
-inline constexpr int kTileM = 128;
-inline constexpr int kTileK = 64;
-inline constexpr int kPromotedTileN = 128;
-inline constexpr int kCrossTileN = 256;
 
 // d = a . b^T, plain fp16 products with the tensor cores' float32 accumulation over all of K.
 // For the 3xFP16 cross terms, which sit 2^-11 below the main term: their accumulation error

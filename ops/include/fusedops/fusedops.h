@@ -10,8 +10,11 @@
 
 #include <c10/util/string_view.h>
 
+#include <functional>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace fusedops {
 
@@ -88,5 +91,16 @@ struct FoldCacheStats {
 FoldCacheStats fold_cache_stats();
 // Streams still reading a fold keep its memory until their work is done.
 void clear_fold_cache();
+
+// What ran: calls `run` on this thread and returns one line per GEMM the operators planned in
+// it, e.g. "matmul_groupnorm_leakyrelu_sum float16 accurate m=1024 n=8192 k=8192 cuda:0:
+// sm90-half-fused (epilogue fused into the Hopper half GEMM)". CPU kernels plan no GEMM.
+// FUSEDOPS_LOG=routes prints each new such line to stderr instead, process-wide.
+std::vector<std::string> explain(const std::function<void()>& run);
+
+// The FUSEDOPS_* settings (FUSEDOPS_FP32_GEMM, FUSEDOPS_HALF_GEMM, FUSEDOPS_3XTF32_CHUNK,
+// FUSEDOPS_LOG; README) are read from the environment once, at the first call that plans a
+// GEMM; this reads them again.
+void reload_settings();
 
 }  // namespace fusedops

@@ -1,0 +1,501 @@
+// Model 39's epilogue (batchnorm.h): moments -> finish -> normalize, each one kernel template
+// over how y is read (4 float32 columns a thread with 16-byte loads, or 1 column of any dtype)
+// and whether the statistics are y's (kOfY: one scale value per column, so those of z follow
+// from those of y: mean_z = (mean_y + b) s, var_z = s^2 var_y, and the passes read y alone),
+// and the register-resident kernel for the common training case.
+#include "cuda/epilogues/batchnorm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <type_traits>
+
+#include "common/numerics.h"
+#include "cuda/cuda_helpers.cuh"
+
+namespace fusedops::cuda {
+namespace {
+
+// The moments pass: a block covers kStatThreadsX threads' columns (V each: one warp-wide,
+// coalesced row segment) and kStatRowThreads row lanes; gridDim.y slices the batch.
+constexpr int kStatThreadsX = 32;
+constexpr int kStatRowThreads = 8;
+constexpr int kMaxRowSlices = 64;
+constexpr int kThreads = 256;
+
+// z[i, j] = (y[i, j] + b[j]) * scale[i * s0 + j * s1]: the scale broadcasts through strides.
+struct ScaleView {
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+template <typename scalar_t, typename y_t>
+__device__ __forceinline__ y_t scaled(y_t y, const scalar_t* bias, const scalar_t* scale,
+                                      ScaleView sv, int64_t i, int64_t j) {
+  return (y + static_cast<y_t>(bias[j])) *
+         static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]);
+}
+
+// V consecutive values of row i from column j0 (V = 4: float32, a 16-byte load).
+template <int V, typename y_t>
+__device__ __forceinline__ void load_row(const y_t* y, int64_t i, int64_t n, int64_t j0,
+                                         y_t (&v)[V]) {
+  if constexpr (V == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(y + i * n + j0);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+  } else {
+    v[0] = y[i * n + j0];
+  }
+}
+
+template <int V, typename scalar_t, typename y_t>
+__device__ __forceinline__ void store_row(scalar_t* p, const y_t (&v)[V]) {
+  if constexpr (V == 4 && std::is_same_v<scalar_t, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) p[e] = static_cast<scalar_t>(v[e]);
+  }
+}
+
+// BatchNorm's training-step counter, bumped in this one function by the one kernel that runs
+// after every reader of it (counter null: not this kernel).
+__device__ __forceinline__ void count_batch(int64_t* counter) {
+  if (counter != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 &&
+      threadIdx.y == 0) {
+    *counter += 1;
+  }
+}
+
+__global__ void count_batch_kernel(int64_t* counter) { count_batch(counter); }
+
+// The running statistics of column j from the batch's mean and biased variance of z: the
+// unbiased variance, blended by momentum or by the cumulative 1 / (num_batches_tracked + 1)
+// (num_batches_tracked read before this step's count: nbt_read null when momentum is given).
+template <typename scalar_t>
+__device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
+                                                     scalar_t* running_var, int64_t j, double mean,
+                                                     double var, double count,
+                                                     const int64_t* nbt_read, double momentum) {
+  const double factor = nbt_read != nullptr ? 1.0 / static_cast<double>(*nbt_read + 1) : momentum;
+  const double unbiased = var * count / (count - 1.0);
+  running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
+                                          factor * mean);
+  running_var[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_var[j]) +
+                                         factor * unbiased);
+}
+
+// "eager" numerics on a float16/bfloat16 model: y, the Linear output as the reference writes it
+// (bias included), is overwritten with z = stored(y * scale), rounded where the reference's
+// `* scale` writes it. The passes below then run on z with a zero bias and a unit scale.
+template <typename scalar_t>
+__global__ void eager_scale_kernel(float* __restrict__ y, const scalar_t* __restrict__ scale,
+                                   ScaleView sv, int64_t batch, int64_t n) {
+  const int64_t total = batch * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx - (idx / n) * n;
+    y[idx] = RoundedTo<scalar_t>::store(
+        y[idx] * static_cast<float>(scale[i * sv.row_stride + j * sv.col_stride]));
+  }
+}
+
+// Moments: per (slice, column) the sum and sum of squares of (z - shift_j) in double, shift_j
+// = z[0, j] (or y[0, j] for kOfY). Shifting by a sample of the column keeps E[d^2] - E[d]^2
+// free of cancellation when the mean is large against the spread.
+template <typename scalar_t, typename y_t, int V, bool kOfY>
+__global__ void column_moments_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                                      const scalar_t* __restrict__ scale, ScaleView sv,
+                                      double* __restrict__ partial_sum,
+                                      double* __restrict__ partial_sq, int64_t batch, int64_t n) {
+  __shared__ double s_sum[kStatRowThreads][V * kStatThreadsX];
+  __shared__ double s_sq[kStatRowThreads][V * kStatThreadsX];
+  const int64_t j0 = V * (blockIdx.x * static_cast<int64_t>(kStatThreadsX) + threadIdx.x);
+  const int64_t rows_per_slice = ceil_div(batch, gridDim.y);
+  const int64_t begin = blockIdx.y * rows_per_slice;
+  const int64_t end = begin + rows_per_slice < batch ? begin + rows_per_slice : batch;
+  double sum[V] = {}, sq[V] = {};
+  if (j0 < n) {  // V = 4: n is a multiple of 4, a thread's columns are all in or all out
+    double shift[V];
+    y_t first[V];
+    load_row<V>(y, 0, n, j0, first);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      shift[e] = kOfY ? static_cast<double>(first[e])
+                      : static_cast<double>(scaled(first[e], bias, scale, sv, 0, j0 + e));
+    }
+#pragma unroll 4
+    for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
+      y_t v[V];
+      load_row<V>(y, i, n, j0, v);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const y_t z = kOfY ? v[e] : scaled(v[e], bias, scale, sv, i, j0 + e);
+        const double d = static_cast<double>(z) - shift[e];
+        sum[e] += d;
+        sq[e] += d * d;
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    s_sum[threadIdx.y][V * threadIdx.x + e] = sum[e];
+    s_sq[threadIdx.y][V * threadIdx.x + e] = sq[e];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0 && j0 < n) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      for (int r = 1; r < kStatRowThreads; ++r) {
+        sum[e] += s_sum[r][V * threadIdx.x + e];
+        sq[e] += s_sq[r][V * threadIdx.x + e];
+      }
+      partial_sum[blockIdx.y * n + j0 + e] = sum[e];
+      partial_sq[blockIdx.y * n + j0 + e] = sq[e];
+    }
+  }
+}
+
+// Finish, per column: the normalize pass's (center, multiplier), out = (z - center) * mul +
+// beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)).
+// Training: from the batch's mean and biased variance of z (summed over the slices), and the
+// running-statistics update. Eval: from the running statistics.
+template <typename scalar_t, typename y_t>
+__global__ void finish_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                              const scalar_t* __restrict__ scale, ScaleView sv,
+                              const double* __restrict__ partial_sum,
+                              const double* __restrict__ partial_sq, int slices,
+                              const scalar_t* __restrict__ gamma,
+                              scalar_t* __restrict__ running_mean,
+                              scalar_t* __restrict__ running_var, const int64_t* nbt_read,
+                              double momentum, double eps, bool training, bool stats_of_y,
+                              y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
+                              int64_t n) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  if (!training) {
+    const double invstd = 1.0 / sqrt(static_cast<double>(running_var[j]) + eps);
+    center[j] = static_cast<y_t>(running_mean[j]);
+    mul[j] = static_cast<y_t>(invstd * static_cast<double>(gamma[j]));
+    return;
+  }
+  double sum = 0.0, sq = 0.0;
+  for (int s = 0; s < slices; ++s) {
+    sum += partial_sum[s * n + j];
+    sq += partial_sq[s * n + j];
+  }
+  const double shift = stats_of_y ? static_cast<double>(y[j])
+                                  : static_cast<double>(scaled(y[j], bias, scale, sv, 0, j));
+  const double count = static_cast<double>(batch);
+  const double mean_shifted = sum / count;
+  const double var_of_sums = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
+  const double mean_of_sums = shift + mean_shifted;
+  // The statistics of z, from those of y when the scale is per column (see the moments pass).
+  const double s = stats_of_y ? static_cast<double>(scale[j * sv.col_stride]) : 1.0;
+  const double mean = stats_of_y ? (mean_of_sums + static_cast<double>(bias[j])) * s : mean_of_sums;
+  const double var = stats_of_y ? s * s * var_of_sums : var_of_sums;
+  const double invstd = 1.0 / sqrt(var + eps);
+  center[j] = static_cast<y_t>(mean_of_sums);
+  mul[j] = static_cast<y_t>(s * invstd * static_cast<double>(gamma[j]));
+  update_running_stats(running_mean, running_var, j, mean, var, count, nbt_read, momentum);
+}
+
+// Normalize: out = (z - center_j) * mul_j + beta_j; blockIdx.x tiles the columns (V a
+// thread), blockIdx.y strides over rows: no per-element division.
+template <typename scalar_t, typename y_t, int V, bool kOfY>
+__global__ void normalize_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                                 const scalar_t* __restrict__ scale, ScaleView sv,
+                                 const y_t* __restrict__ center, const y_t* __restrict__ mul,
+                                 const scalar_t* __restrict__ beta, scalar_t* __restrict__ out,
+                                 int64_t batch, int64_t n, int64_t* counter) {
+  count_batch(counter);
+  const int64_t j0 = V * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
+  if (j0 >= n) return;
+  y_t c[V], m[V], be[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    c[e] = center[j0 + e];
+    m[e] = mul[j0 + e];
+    be[e] = static_cast<y_t>(beta[j0 + e]);
+  }
+  for (int64_t i = blockIdx.y; i < batch; i += gridDim.y) {
+    y_t v[V], o[V];
+    load_row<V>(y, i, n, j0, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const y_t z = kOfY ? v[e] : scaled(v[e], bias, scale, sv, i, j0 + e);
+      o[e] = (z - c[e]) * m[e] + be[e];
+    }
+    store_row<V>(out + i * n + j0, o);
+  }
+}
+
+// The one-read path for the common training case (float32 y, one scale value per column,
+// batch <= kResidentRowGroups * 16): a block owns kResidentCols columns over the whole batch
+// and keeps them in registers, so y is read once and out written once (64 MB at 1024x8192,
+// against 96 MB and two extra launches for moments + finish + normalize). With the columns in
+// registers the statistics are exact two-pass (the mean, then the mean squared deviation from
+// it, both in double) rather than the shifted one-pass sums of the streaming path.
+// 32 columns (one 128-byte segment of each row) a block: with 16 (64-byte segments) the kernel
+// ran at half the bandwidth, 57 us against 26 us at 1024x8192 on the H200 (docs/PERFORMANCE.md).
+constexpr int kResidentQuads = 8;
+constexpr int kResidentCols = 4 * kResidentQuads;
+constexpr int kResidentRowGroups = 64;  // rows at a time; a thread holds kRows of them
+constexpr int kResidentThreads = kResidentQuads * kResidentRowGroups;
+constexpr int kResidentWarps = kResidentThreads / kWarpSize;
+
+// Sum of v over the lanes of this warp that hold the same column quad (lanes q, q + 8, ...);
+// lanes 0..7 then write their quad's 4 column totals for this warp.
+__device__ __forceinline__ void reduce_quads_to_smem(double (&v)[4],
+                                                     double (*s_part)[kResidentCols]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+#pragma unroll
+    for (int offset = kResidentQuads; offset < kWarpSize; offset *= 2) {
+      v[e] += __shfl_xor_sync(0xffffffffu, v[e], offset);
+    }
+  }
+  const int lane = threadIdx.x % kWarpSize;
+  if (lane < kResidentQuads) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_part[threadIdx.x / kWarpSize][4 * lane + e] = v[e];
+  }
+}
+
+// nbt_read: num_batches_tracked when the factor is cumulative (momentum=None), else null;
+// counter: the counter to bump when no block reads it (momentum given), else null and a count
+// kernel bumps it after this one, so that no block can read a bumped value.
+template <typename scalar_t, int kRows>
+__global__ void __launch_bounds__(kResidentThreads, 1)
+batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restrict__ bias,
+                          const scalar_t* __restrict__ scale, int64_t scale_col_stride,
+                          const scalar_t* __restrict__ gamma, const scalar_t* __restrict__ beta,
+                          scalar_t* __restrict__ running_mean, scalar_t* __restrict__ running_var,
+                          const int64_t* __restrict__ nbt_read, int64_t* __restrict__ counter,
+                          double momentum, double eps, scalar_t* __restrict__ out, int64_t batch,
+                          int64_t n) {
+  __shared__ double s_part[kResidentWarps][kResidentCols];
+  __shared__ double s_mean[kResidentCols];
+  __shared__ float s_center[kResidentCols];
+  __shared__ float s_mul[kResidentCols];
+  const int quad = threadIdx.x % kResidentQuads;
+  const int group = threadIdx.x / kResidentQuads;
+  const int64_t col0 = blockIdx.x * static_cast<int64_t>(kResidentCols);
+  const int64_t j0 = col0 + 4 * quad;
+  const bool active = j0 < n;  // n % 4 == 0: a quad is wholly inside or wholly outside
+
+  float4 v[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = group + static_cast<int64_t>(r) * kResidentRowGroups;
+    v[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (active && i < batch) v[r] = __ldcs(reinterpret_cast<const float4*>(y + i * n + j0));
+  }
+  double acc[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    acc[0] += v[r].x;
+    acc[1] += v[r].y;
+    acc[2] += v[r].z;
+    acc[3] += v[r].w;
+  }
+  reduce_quads_to_smem(acc, s_part);
+  __syncthreads();
+  if (threadIdx.x < kResidentCols) {
+    double total = 0.0;
+    for (int w = 0; w < kResidentWarps; ++w) total += s_part[w][threadIdx.x];
+    s_mean[threadIdx.x] = total / static_cast<double>(batch);
+  }
+  __syncthreads();
+  double mean[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    mean[e] = s_mean[4 * quad + e];
+    acc[e] = 0.0;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = group + static_cast<int64_t>(r) * kResidentRowGroups;
+    if (i < batch) {  // rows past the batch hold zeros, not samples
+      const double d[4] = {v[r].x - mean[0], v[r].y - mean[1], v[r].z - mean[2],
+                           v[r].w - mean[3]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += d[e] * d[e];
+    }
+  }
+  reduce_quads_to_smem(acc, s_part);  // s_part was last read before the barrier above
+  __syncthreads();
+  if (threadIdx.x < kResidentCols && col0 + threadIdx.x < n) {
+    const int64_t j = col0 + threadIdx.x;
+    double sq = 0.0;
+    for (int w = 0; w < kResidentWarps; ++w) sq += s_part[w][threadIdx.x];
+    const double count = static_cast<double>(batch);
+    const double mean_y = s_mean[threadIdx.x];
+    const double var_y = sq / count;
+    // The statistics of z = (y + b) * s follow from those of y.
+    const double s = static_cast<double>(scale[j * scale_col_stride]);
+    const double mean_z = (mean_y + static_cast<double>(bias[j])) * s;
+    const double var_z = s * s * var_y;
+    const double invstd = 1.0 / sqrt(var_z + eps);
+    s_center[threadIdx.x] = static_cast<float>(mean_y);
+    s_mul[threadIdx.x] = static_cast<float>(s * invstd * static_cast<double>(gamma[j]));
+    update_running_stats(running_mean, running_var, j, mean_z, var_z, count, nbt_read, momentum);
+  }
+  count_batch(counter);
+  __syncthreads();
+  if (!active) return;
+  float c[4], m[4], b[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    c[e] = s_center[4 * quad + e];
+    m[e] = s_mul[4 * quad + e];
+    b[e] = static_cast<float>(beta[j0 + e]);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = group + static_cast<int64_t>(r) * kResidentRowGroups;
+    if (i < batch) {
+      const float o[4] = {(v[r].x - c[0]) * m[0] + b[0], (v[r].y - c[1]) * m[1] + b[1],
+                          (v[r].z - c[2]) * m[2] + b[2], (v[r].w - c[3]) * m[3] + b[3]};
+      store_row<4>(out + i * n + j0, o);
+    }
+  }
+}
+
+// The launches of one call, for one dtype.
+template <typename scalar_t>
+struct Passes {
+  using y_t = acc_t<scalar_t>;
+  const at::Tensor& y;
+  const scalar_t* bias;
+  const scalar_t* scale;
+  ScaleView sv;
+  const BatchNormArgs& args;
+  scalar_t* running_mean;
+  scalar_t* running_var;
+  at::Tensor& out;
+  cudaStream_t stream;
+
+  int64_t batch() const { return y.size(0); }
+  int64_t n() const { return y.size(1); }
+  int64_t* nbt() const { return args.num_batches_tracked.template data_ptr<int64_t>(); }
+  bool cumulative() const { return !args.momentum.has_value(); }
+
+  // float32 y only (the caller's dispatch).
+  template <int kRows>
+  void resident() {
+    batchnorm_resident_kernel<scalar_t, kRows>
+        <<<static_cast<unsigned>(ceil_div(n(), kResidentCols)), kResidentThreads, 0, stream>>>(
+            y.template data_ptr<float>(), bias, scale, sv.col_stride,
+            args.gamma.template data_ptr<scalar_t>(), args.beta.template data_ptr<scalar_t>(),
+            running_mean, running_var, cumulative() ? nbt() : nullptr,
+            cumulative() ? nullptr : nbt(), args.momentum.value_or(0.0), args.eps,
+            out.template data_ptr<scalar_t>(), batch(), n());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (cumulative()) {
+      count_batch_kernel<<<1, 1, 0, stream>>>(nbt());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  }
+
+  template <int V, bool kOfY>
+  void streaming() {
+    const y_t* yp = y.template data_ptr<y_t>();
+    at::Tensor center = at::empty({n()}, y.options());
+    at::Tensor mul = at::empty({n()}, y.options());
+    if (args.training) {
+      const int slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
+      at::Tensor partial = at::empty({2, slices, n()}, y.options().dtype(at::kDouble));
+      double* partial_sum = partial.data_ptr<double>();
+      double* partial_sq = partial_sum + slices * n();
+      const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kStatThreadsX)), slices);
+      column_moments_kernel<scalar_t, y_t, V, kOfY><<<grid, dim3(kStatThreadsX, kStatRowThreads), 0,
+                                                      stream>>>(yp, bias, scale, sv, partial_sum,
+                                                                partial_sq, batch(), n());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      finish_kernel<scalar_t, y_t><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
+          yp, bias, scale, sv, partial_sum, partial_sq, slices,
+          args.gamma.template data_ptr<scalar_t>(), running_mean, running_var,
+          cumulative() ? nbt() : nullptr, args.momentum.value_or(0.0), args.eps, true, kOfY,
+          center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch(), n());
+    } else {
+      finish_kernel<scalar_t, y_t><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
+          yp, bias, scale, sv, nullptr, nullptr, 0, args.gamma.template data_ptr<scalar_t>(),
+          running_mean, running_var, nullptr, 0.0, args.eps, false, false,
+          center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch(), n());
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kThreads)),
+                    static_cast<unsigned>(std::min<int64_t>(batch(), 1024)));
+    normalize_kernel<scalar_t, y_t, V, kOfY><<<grid, kThreads, 0, stream>>>(
+        yp, bias, scale, sv, center.data_ptr<y_t>(), mul.data_ptr<y_t>(),
+        args.beta.template data_ptr<scalar_t>(), out.template data_ptr<scalar_t>(), batch(), n(),
+        args.training ? nbt() : nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+};
+
+}  // namespace
+
+void count_empty_batch(const at::Tensor& num_batches_tracked) {
+  count_batch_kernel<<<1, 1, 0, at::cuda::getCurrentCUDAStream()>>>(
+      num_batches_tracked.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out) {
+  const int64_t batch = y.size(0), n = y.size(1);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor bias = args.bias;
+  at::Tensor scale = args.scale.expand({batch, n});
+  if (args.eager) {
+    // z as the reference writes it, then the passes with a zero bias and a unit scale.
+    AT_DISPATCH_REDUCED_FLOATING_TYPES(out.scalar_type(), "eager_scale", [&] {
+      const int64_t blocks = std::min<int64_t>(ceil_div(batch * n, kThreads), 65535LL * 8);
+      eager_scale_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+          y.data_ptr<float>(), scale.data_ptr<scalar_t>(), ScaleView{scale.stride(0), scale.stride(1)},
+          batch, n);
+    });
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    scale = at::ones({1}, args.scale.options()).expand({batch, n});
+  }
+  if (!bias.defined()) bias = at::zeros({n}, out.options());
+  // The kernels update the running statistics in place through flat pointers; strided buffers
+  // (a view into a larger tensor) are updated through a contiguous copy, written back below.
+  at::Tensor rm = args.running_mean.is_contiguous() ? args.running_mean
+                                                    : args.running_mean.contiguous();
+  at::Tensor rv = args.running_var.is_contiguous() ? args.running_var
+                                                   : args.running_var.contiguous();
+  const ScaleView sv{scale.stride(0), scale.stride(1)};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(),
+                                  "gemm_scale_batchnorm", [&] {
+    Passes<scalar_t> passes{y, bias.data_ptr<scalar_t>(), scale.data_ptr<scalar_t>(), sv, args,
+                            rm.data_ptr<scalar_t>(), rv.data_ptr<scalar_t>(), out, stream};
+    if constexpr (std::is_same_v<acc_t<scalar_t>, float>) {
+      if (n % 4 == 0) {
+        // One scale value per column ((), (1,), (out,), (1, out)): training statistics of y
+        // alone, and with few enough rows the resident kernel.
+        const bool of_y = args.training && sv.row_stride == 0;
+        if (of_y && batch <= kResidentRowGroups * 4) {
+          passes.template resident<4>();
+        } else if (of_y && batch <= kResidentRowGroups * 8) {
+          passes.template resident<8>();
+        } else if (of_y && batch <= kResidentRowGroups * 16) {
+          passes.template resident<16>();
+        } else if (of_y) {
+          passes.template streaming<4, true>();
+        } else {
+          passes.template streaming<4, false>();
+        }
+        return;
+      }
+    }
+    passes.template streaming<1, false>();
+  });
+  if (args.training && !args.running_mean.is_same(rm)) args.running_mean.copy_(rm);
+  if (args.training && !args.running_var.is_same(rv)) args.running_var.copy_(rv);
+}
+
+}  // namespace fusedops::cuda

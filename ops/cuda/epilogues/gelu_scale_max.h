@@ -1,0 +1,32 @@
+// Model 98's epilogue on CUDA: out[i] = max_j scale * gelu(p[i, j] + pooled_bias[j]) over the
+// pooled Linear output p, NaN-propagating as torch.max. GELU is not monotonic and the scale
+// may be negative, so the max stays last. Two readers of p, one epilogue: a pass over p
+// written by an unfused GEMM, or the 3xFP16 engine's K-slice partials summed on the fly (y is
+// then never written). A row whose pooled values are not all finite came from an inf/NaN in x
+// (or an overflow); folding changes how infinities combine, so that row is recomputed
+// unfolded, in the reference's order.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "cuda/gemm/gemm_3xfp16.h"
+
+namespace fusedops::cuda {
+
+struct GeluScaleMaxArgs {
+  at::Tensor pooled_bias;           // (out / k,) the folded bias, x's dtype
+  at::Tensor x, weight, bias;       // contiguous: the unfolded Linear, for non-finite rows
+  int64_t pool = 1;
+  double scale = 1.0;
+  bool eager = false;               // round as the reference writes (common/numerics.h)
+};
+
+// p (batch, out / k) in the accumulation dtype; out (batch,) in x's dtype.
+void gelu_scale_max_pass(const at::Tensor& p, const GeluScaleMaxArgs& args, at::Tensor& out);
+
+// float32: p read from the engine's partials; `folded` the pooled weight (a guarded row is
+// recomputed from it exactly, as the engine's own fixup does).
+void gelu_scale_max_partials(const gemm::Partials3xFp16& p, const at::Tensor& folded,
+                             const GeluScaleMaxArgs& args, at::Tensor& out);
+
+}  // namespace fusedops::cuda

@@ -1,0 +1,236 @@
+// Model 62's epilogue pass (groupnorm_leakyrelu_sum.h). A group is a short contiguous segment
+// of one row (16 channels at the default sizes), so each segment is reduced by a power-of-two
+// group of lanes inside one warp: no shared memory, no block barriers, one read of y and one
+// write of out. The math per group is epilogues/groupnorm_leakyrelu_sum.h.
+//
+// "eager" numerics must see the reference's roundings, and PyTorch's CUDA GroupNorm rounds
+// more than the Linear output: it stores each group's mean and 1/std in the input's dtype (eps
+// too) and normalizes with those. A bfloat16 statistic is off by up to 2^-9 of itself, which
+// moves an output where gamma * x_hat and beta cancel by more than 1e-2 of itself: measured on
+// an H100 (1024 x 8192 -> 8192, 512 groups, affine parameters not 1 and 0), 5 of 5 seeds had
+// elements past KernelBench's bar when only the unrounded statistics were used
+// (tests/python/test_numerics.py). Rounding our own statistics is not enough either: where
+// they differ from ATen's by an ulp across a rounding boundary the rounded values differ by a
+// whole bfloat16 ulp (1 seed in 5 still failed). So under eager the statistics are ATen's,
+// computed as its RowwiseMomentsCUDAKernel does for groups under 512 channels: Welford per
+// lane over the channels c, c + 32, ..., the lanes combined by shuffles down (16, 8, ..., 1),
+// var = m2 / n, 1/std = rsqrt(var + eps) with eps in the input's dtype (the kernel's eager
+// branch).
+#include "cuda/epilogues/groupnorm_leakyrelu_sum.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <type_traits>
+
+#include "common/numerics.h"
+#include "cuda/cuda_helpers.cuh"
+#include "epilogues/groupnorm_leakyrelu_sum.h"
+
+namespace fusedops::cuda {
+namespace {
+
+using Chain = epilogues::GroupNormLeakyReluSum<float>;
+constexpr int kWarpsPerBlock = 8;
+
+// ATen's WelfordOps (SharedReduceOps.h) on one accumulator: the same operations in the same
+// order, so that the same inputs give the same bits.
+template <typename T>
+struct Welford {
+  T mean = 0, m2 = 0, nf = 0;
+};
+
+template <typename T>
+__device__ __forceinline__ Welford<T> welford_add(const Welford<T>& a, T x) {
+  const T new_nf = a.nf + static_cast<T>(1);
+  const T delta = x - a.mean;
+  const T new_mean = a.mean + delta / new_nf;
+  const T new_delta = x - new_mean;
+  return {new_mean, a.m2 + delta * new_delta, new_nf};
+}
+
+template <typename T>
+__device__ __forceinline__ Welford<T> welford_combine(const Welford<T>& a, const Welford<T>& b) {
+  if (a.nf == 0) return b;
+  if (b.nf == 0) return a;
+  const T delta = b.mean - a.mean;
+  const T new_count = a.nf + b.nf;
+  const T nb_over_n = b.nf / new_count;
+  return {a.mean + delta * nb_over_n, a.m2 + b.m2 + delta * delta * a.nf * nb_over_n, new_count};
+}
+
+// Lanes per segment: the group size rounded up to a power of two, at most a warp.
+int lanes_per_segment(int64_t group_size) {
+  int lanes = 1;
+  while (lanes < group_size && lanes < kWarpSize) lanes *= 2;
+  return lanes;
+}
+
+template <typename T>
+__device__ __forceinline__ T param(const T* p, int64_t i) {
+  return p != nullptr ? p[i] : T(0);
+}
+
+// Any group size, any dtype (float64 included), and eager's ATen statistics: lane `sub` of a
+// segment reads channels sub, sub + lanes, ... Segment s = (row, group) covers
+// y[s * group_size, (s + 1) * group_size) because hidden = groups * group_size; its first
+// channel is (s mod groups) * group_size.
+template <typename scalar_t, typename y_t, typename Store>
+__global__ void groupnorm_segments_kernel(const y_t* __restrict__ y,
+                                          const scalar_t* __restrict__ bias,
+                                          const scalar_t* __restrict__ gamma,
+                                          const scalar_t* __restrict__ beta,
+                                          scalar_t* __restrict__ out, int64_t segments,
+                                          int64_t groups, int64_t group_size, int lanes,
+                                          epilogues::GroupNormLeakyReluSum<y_t> chain) {
+  constexpr bool kEager = !std::is_same_v<Store, Unrounded>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int segments_per_warp = kWarpSize / lanes;
+  const int sub = lane % lanes;
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const y_t count = static_cast<y_t>(group_size);
+  // Every lane runs the same iterations so that the shuffles stay full-warp.
+  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
+    const int64_t segment = first + lane / lanes;
+    const bool valid = segment < segments;
+    const int64_t base = valid ? segment * group_size : 0;
+    const int64_t channel0 = valid ? (segment % groups) * group_size : 0;
+    const int64_t len = valid ? group_size : 0;
+
+    auto linear = [&](int64_t c) {
+      return y[base + c] + static_cast<y_t>(param(bias, channel0 + c));
+    };
+    y_t mean, rstd;
+    if constexpr (kEager) {
+      // ATen's statistics (file comment): lane `sub` of a segment is ATen's thread `sub`, which
+      // reads channels sub, sub + 32, ...; lanes <= 32, so the lanes past the group are the
+      // ones ATen leaves empty, and a shuffle down stays inside the segment.
+      Welford<y_t> w;
+      for (int64_t c = sub; c < len; c += lanes) w = welford_add(w, linear(c));
+      for (int offset = lanes / 2; offset > 0; offset /= 2) {
+        Welford<y_t> other;
+        other.mean = __shfl_down_sync(0xffffffffu, w.mean, offset, lanes);
+        other.m2 = __shfl_down_sync(0xffffffffu, w.m2, offset, lanes);
+        other.nf = __shfl_down_sync(0xffffffffu, w.nf, offset, lanes);
+        w = welford_combine(w, other);
+      }
+      const y_t group_mean = __shfl_sync(0xffffffffu, w.mean, 0, lanes);
+      const y_t var = __shfl_sync(0xffffffffu, w.m2 / w.nf, 0, lanes);
+      const y_t eps_stored = Store::store(chain.eps);
+      // c10::cuda::compat::rsqrt: rsqrtf (eager runs only float16/bfloat16 models, whose
+      // accumulation type is float).
+      mean = Store::store(group_mean);
+      rstd = Store::store(rsqrtf(var + eps_stored));
+    } else {
+      y_t sum = 0;
+      for (int64_t c = sub; c < len; c += lanes) sum += linear(c);
+      mean = chain.mean(warp_sum(sum, lanes), count);
+      y_t sq = 0;  // second pass over the (cache-resident) segment: no E[v^2] - E[v]^2 cancellation
+      for (int64_t c = sub; c < len; c += lanes) {
+        const y_t d = linear(c) - mean;
+        sq += d * d;
+      }
+      rstd = chain.rstd(warp_sum(sq, lanes), count);
+    }
+    for (int64_t c = sub; c < len; c += lanes) {
+      out[base + c] = static_cast<scalar_t>(chain.template output<Store>(
+          linear(c) - mean, rstd, static_cast<y_t>(gamma[channel0 + c]),
+          static_cast<y_t>(beta[channel0 + c])));
+    }
+  }
+}
+
+// float32 y, accurate numerics, groups of 4..128 channels (a multiple of 4; the default is
+// 16): each lane owns 4 consecutive channels, loaded once with one 16-byte load and kept in
+// registers through both statistics and the output.
+template <typename scalar_t>
+__global__ void groupnorm_quads_kernel(const float* __restrict__ y,
+                                       const scalar_t* __restrict__ bias,
+                                       const scalar_t* __restrict__ gamma,
+                                       const scalar_t* __restrict__ beta,
+                                       scalar_t* __restrict__ out, int64_t segments,
+                                       int64_t groups, int group_size, int lanes, Chain chain) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int segments_per_warp = kWarpSize / lanes;
+  const int quad = lane % lanes;
+  const bool quad_in_group = 4 * quad < group_size;
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const float count = static_cast<float>(group_size);
+  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
+    const int64_t segment = first + lane / lanes;
+    const bool active = segment < segments && quad_in_group;
+    const int64_t offset = segment * group_size + 4 * quad;
+    const int64_t channel = active ? (segment % groups) * group_size + 4 * quad : 0;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (active) {
+      const float4 t = *reinterpret_cast<const float4*>(y + offset);
+      v[0] = t.x + static_cast<float>(bias[channel]);
+      v[1] = t.y + static_cast<float>(bias[channel + 1]);
+      v[2] = t.z + static_cast<float>(bias[channel + 2]);
+      v[3] = t.w + static_cast<float>(bias[channel + 3]);
+    }
+    const float mean = Chain::mean(warp_sum(v[0] + v[1] + v[2] + v[3], lanes), count);
+    float sq = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[e] = active ? v[e] - mean : 0.f;
+      sq += v[e] * v[e];
+    }
+    const float rstd = chain.rstd(warp_sum(sq, lanes), count);
+    if (active) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        out[offset + e] = static_cast<scalar_t>(chain.output<Unrounded>(
+            v[e], rstd, static_cast<float>(gamma[channel + e]),
+            static_cast<float>(beta[channel + e])));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, int64_t num_groups,
+                                  const at::Tensor& gamma, const at::Tensor& beta, double eps,
+                                  double negative_slope, bool eager, at::Tensor& out) {
+  const int64_t batch = y.size(0), hidden = y.size(1);
+  const int64_t group_size = hidden / num_groups;
+  const int64_t segments = batch * num_groups;
+  // Eager takes the segments kernel: its lanes are ATen's threads (its eager branch).
+  const bool quads = !eager && y.scalar_type() == at::kFloat && bias.defined() &&
+                     group_size % 4 == 0 && group_size <= 4 * kWarpSize;
+  const int lanes = lanes_per_segment(quads ? group_size / 4 : group_size);
+  const int64_t warps_needed = ceil_div(segments, kWarpSize / lanes);
+  const int64_t blocks = std::min<int64_t>(ceil_div(warps_needed, kWarpsPerBlock), 65535LL * 32);
+  const int threads = kWarpsPerBlock * kWarpSize;
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(),
+                                  "groupnorm_leakyrelu_sum", [&] {
+    using y_t = acc_t<scalar_t>;
+    const scalar_t* b = bias.defined() ? bias.data_ptr<scalar_t>() : nullptr;
+    const epilogues::GroupNormLeakyReluSum<y_t> chain{static_cast<y_t>(eps),
+                                                      static_cast<y_t>(negative_slope)};
+    if constexpr (std::is_same_v<y_t, float>) {
+      if (quads) {
+        groupnorm_quads_kernel<scalar_t><<<blocks, threads, 0, stream>>>(
+            y.data_ptr<float>(), b, gamma.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
+            out.data_ptr<scalar_t>(), segments, num_groups, static_cast<int>(group_size), lanes,
+            Chain{static_cast<float>(eps), static_cast<float>(negative_slope)});
+        return;
+      }
+    }
+    auto launch = [&](auto store) {
+      groupnorm_segments_kernel<scalar_t, y_t, decltype(store)><<<blocks, threads, 0, stream>>>(
+          y.data_ptr<y_t>(), b, gamma.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
+          out.data_ptr<scalar_t>(), segments, num_groups, group_size, lanes, chain);
+    };
+    with_store<scalar_t>(eager, launch);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace fusedops::cuda

@@ -1,0 +1,17 @@
+// Model 62's epilogue as a pass over y (the unfused routes): out = 2 * LeakyReLU(GroupNorm(y +
+// bias)), one read of y and one write of out. The fused route runs the same math inside the
+// half-precision GEMM instead (cuda/gemm/epilogue_groupnorm_sm90.cuh).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace fusedops::cuda {
+
+// y (batch, hidden) in the accumulation dtype; bias, gamma, beta (hidden,) contiguous in out's
+// dtype, bias undefined when y holds it already (the eager route); out (batch, hidden).
+// eager: the reference's roundings (common/numerics.h) and its statistics (the file comment).
+void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, int64_t num_groups,
+                                  const at::Tensor& gamma, const at::Tensor& beta, double eps,
+                                  double negative_slope, bool eager, at::Tensor& out);
+
+}  // namespace fusedops::cuda

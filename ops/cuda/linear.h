@@ -1,0 +1,48 @@
+// The GEMM behind every fused operator, planned and run: plan_linear asks the planner
+// (plan/planner.h) which route a call takes, run_linear runs the unfused routes, y = x W^T
+// (+ b for the eager route), written in the accumulation dtype (float32, or float64 for
+// float64 inputs) so that the operator's epilogue sees unrounded values. The fused routes
+// (the operator's epilogue inside the GEMM) are run by the operator itself.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "common/numerics.h"
+#include "plan/planner.h"
+
+namespace fusedops::cuda {
+
+// A planned call: the request as the planner saw it (for the explanation of a fallback) and
+// its plan. x and weight: the tensors the GEMM will read (contiguous), on the current device.
+struct PlannedLinear {
+  plan::GemmRequest request;
+  plan::Plan plan;
+  int device_index = 0;
+};
+PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
+                          Numerics numerics, bool epilogue_fusable);
+
+// y of an unfused route. x and weight contiguous, one dtype, on the current device;
+// weight_key: the caller's weight tensor, which owns the engines' cached folds of it (weight
+// may be its contiguous copy). bias is added only by the eager route (kAtenLinear: y exactly
+// as the reference's nn.Linear writes it, bias included); `bias_added` says so.
+struct LinearOutput {
+  at::Tensor y;
+  bool bias_added = false;
+};
+LinearOutput run_linear(const PlannedLinear& planned, const at::Tensor& x, const at::Tensor& weight,
+                        const at::Tensor& bias, const at::Tensor& weight_key, bool cache_folds);
+
+// Runs `planned`'s fallback when its route's engine refused the data at run time, reporting
+// `refused` as the reason.
+LinearOutput run_fallback(const PlannedLinear& planned, const at::Tensor& x,
+                          const at::Tensor& weight, const at::Tensor& bias,
+                          const at::Tensor& weight_key, bool cache_folds, const char* refused);
+
+// Why the 3xFP16 engine refuses a weight: its range check (gemm/gemm_3xfp16.h), or a first
+// call inside a CUDA-graph capture (the check reads a flag on the host).
+inline constexpr const char* kWeightRefused3xFp16 =
+    "the 3xFP16 engine refused the weight (inf/nan, rows 2^26 below its largest, or a first "
+    "call inside a CUDA-graph capture): exact float32";
+
+}  // namespace fusedops::cuda

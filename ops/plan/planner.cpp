@@ -1,0 +1,209 @@
+#include "plan/planner.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "cuda/gemm/tile_shapes.h"
+
+namespace fusedops::plan {
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::kNone: return "none";
+    case Route::kFoldedMatvec: return "folded-matvec";
+    case Route::kAtenLinear: return "aten-linear";
+    case Route::kCublasDouble: return "cublas-f64";
+    case Route::kCublasHalf: return "cublas-half";
+    case Route::kSm90HalfFused: return "sm90-half-fused";
+    case Route::kSkinny: return "skinny";
+    case Route::kFp16x3: return "3xfp16";
+    case Route::kFp16x3Fused: return "3xfp16-fused";
+    case Route::kTf32x3: return "3xtf32";
+    case Route::kSgemm: return "sgemm";
+    case Route::kTf32: return "tf32";
+    case Route::kBf16x: return "bf16x";
+  }
+  return "?";
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAvgPoolGeluScaleMax: return "matmul_avgpool_gelu_scale_max";
+    case Op::kSumMaxAvgPoolLse: return "matmul_sum_max_avgpool_logsumexp_logsumexp";
+    case Op::kScaleBatchNorm: return "gemm_scale_batchnorm";
+    case Op::kGroupNormLeakyRelu: return "matmul_groupnorm_leakyrelu_sum";
+  }
+  return "?";
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+bool hopper(const DeviceFacts& d) { return d.sm90_kernels && d.major == 9 && d.minor == 0; }
+
+// The 3xFP16 engine's own requirements: the sm_90a kernels on an sm_90 device, N a multiple of
+// 4 (16-byte output rows for the TMA store), sizes inside CUTLASS's 32-bit dimensions (K padded
+// to whole K steps, twice over for the cross GEMM).
+const char* why_not_3xfp16(const GemmRequest& r) {
+  if (!r.device.sm90_kernels) return "this build has no sm_90a kernels";
+  if (!hopper(r.device)) return "the device is not sm_90";
+  if (r.n % 4 != 0) return "N is not a multiple of 4";
+  const int64_t kp = ceil_div(r.k, cuda::gemm::kTileK) * cuda::gemm::kTileK;
+  if (r.m > kInt32Max || r.n > kInt32Max || 2 * kp > kInt32Max) return "sizes exceed 32 bits";
+  return nullptr;
+}
+
+// The fused float16/bfloat16 GEMM's requirements beyond the epilogue's: TMA reads rows of
+// 16-byte granules from 16-byte aligned addresses.
+const char* why_not_sm90_half(const GemmRequest& r) {
+  if (!r.device.sm90_kernels) return "this build has no sm_90a kernels";
+  if (!hopper(r.device)) return "the device is not sm_90";
+  if (!r.epilogue_fusable) return "the operator's epilogue cannot take these sizes";
+  if (r.k == 0 || r.k % 8 != 0 || !r.x_aligned || !r.w_aligned) {
+    return "x and weight must be contiguous, 16-byte aligned, with in_features a positive "
+           "multiple of 8";
+  }
+  if (r.m > kInt32Max || r.n > kInt32Max || r.k > kInt32Max) return "sizes must fit 32 bits";
+  return nullptr;
+}
+
+// float32 at full precision (the exact-float32 contract).
+Plan plan_fp32_exact(const GemmRequest& r, const Settings& s) {
+  const char* no_3xfp16 = why_not_3xfp16(r);
+  switch (s.fp32_gemm) {
+    case Fp32GemmSetting::kIeee:
+      return {Route::kSgemm, Route::kNone, "FUSEDOPS_FP32_GEMM=ieee"};
+    case Fp32GemmSetting::k3xTf32:
+      return {Route::kTf32x3, Route::kNone, "FUSEDOPS_FP32_GEMM=3xtf32"};
+    case Fp32GemmSetting::k3xFp16:
+      TORCH_CHECK(no_3xfp16 == nullptr,
+                  "fusedops: FUSEDOPS_FP32_GEMM=3xfp16 needs an sm_90 GPU, a build with the sm_90a "
+                  "kernels and N a multiple of 4, got m=", r.m, ", n=", r.n, ", k=", r.k, " (",
+                  no_3xfp16, ")");
+      return {Route::kFp16x3, Route::kSgemm, "FUSEDOPS_FP32_GEMM=3xfp16"};
+    case Fp32GemmSetting::kAuto:
+      break;
+  }
+  // The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times and launches five
+  // kernels: it measured faster than SGEMM and 3xTF32 at batch 1024 for all three models
+  // (model 98's N = 512 included, split over K; docs/PERFORMANCE.md). Few rows make the GEMM a
+  // read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the others run.
+  const double flop = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) *
+                      static_cast<double>(r.k);
+  if (r.m >= kMin3xFp16Rows && flop >= kMin3xFp16Flop && no_3xfp16 == nullptr) {
+    return {Route::kFp16x3, Route::kSgemm, "float32-accurate on Hopper, large enough for 3xFP16"};
+  }
+  // 3xTF32 reads W twice and needs enough output tiles to fill the GPU: below these sizes
+  // SGEMM measured faster and more accurate (docs/PERFORMANCE.md).
+  if (r.m >= kMin3xTf32Rows && r.n >= kMin3xTf32Cols && r.k >= s.tf32x3_chunk) {
+    return {Route::kTf32x3, Route::kNone,
+            no_3xfp16 != nullptr ? "float32-accurate tensor cores (no 3xFP16: see the device)"
+                                 : "float32-accurate tensor cores (too small for 3xFP16)"};
+  }
+  return {Route::kSgemm, Route::kNone, "float32, too small for the tensor-core splits"};
+}
+
+Plan plan_float32(const GemmRequest& r, const Settings& s) {
+  Plan p;
+  switch (r.precision) {
+    case MatmulPrecision::kTf32:
+      // The user allowed TF32: the very GEMM PyTorch's own matmul runs (cuBLASLt with its
+      // heuristics), which measured a few percent faster than cublasGemmEx's choice.
+      p = {Route::kTf32, Route::kNone, "TF32 allowed (float32 matmul precision \"high\")"};
+      break;
+    case MatmulPrecision::kBf16:
+      return {Route::kBf16x, Route::kNone,
+              "bfloat16 products allowed (float32 matmul precision \"medium\")"};
+    case MatmulPrecision::kIeee:
+      p = plan_fp32_exact(r, s);
+      break;
+  }
+  // Batch-1 serving: at most 4 rows make y = x W^T a read of W, which the skinny kernel streams
+  // faster than cuBLAS (linear.cu). It needs 16-byte rows; it serves the SGEMM and TF32 plans
+  // alike (it is exact float32).
+  if ((p.route == Route::kSgemm || p.route == Route::kTf32) && r.m <= kMaxSkinnyRows &&
+      r.k % 4 == 0 && r.x_aligned && r.w_aligned) {
+    return {Route::kSkinny, Route::kNone, "at most 4 rows: a read of W (weight-streaming kernel)"};
+  }
+  return p;
+}
+
+Plan plan_half(const GemmRequest& r, const Settings& s) {
+  if (r.op != Op::kGroupNormLeakyRelu || r.numerics != Numerics::kAccurate) {
+    return {Route::kCublasHalf, Route::kNone, "float16/bfloat16 with float32 accumulation"};
+  }
+  // Model 62, "accurate": its whole epilogue can run on the GEMM's float32 accumulators.
+  if (s.half_gemm == HalfGemmSetting::kCublas) {
+    return {Route::kCublasHalf, Route::kNone, "FUSEDOPS_HALF_GEMM=cublas"};
+  }
+  const char* why_not = why_not_sm90_half(r);
+  if (s.half_gemm == HalfGemmSetting::kFused) {
+    TORCH_CHECK(why_not == nullptr, "fusedops ", op_name(r.op),
+                ": FUSEDOPS_HALF_GEMM=fused cannot run here: ", why_not, " (got m=", r.m,
+                ", n=", r.n, ", k=", r.k, ")");
+    return {Route::kSm90HalfFused, Route::kNone, "FUSEDOPS_HALF_GEMM=fused"};
+  }
+  if (why_not != nullptr) {
+    return {Route::kCublasHalf, Route::kNone, "the fused half-precision GEMM cannot run here"};
+  }
+  // Fewer output tiles than SMs would leave SMs idle, where cuBLAS splits K.
+  const int64_t tiles = ceil_div(r.m, cuda::gemm::kHalfTileM) * ceil_div(r.n, cuda::gemm::kHalfTileN);
+  if (tiles < r.device.sm_count) {
+    return {Route::kCublasHalf, Route::kNone, "too few output tiles to fill the GPU fused"};
+  }
+  return {Route::kSm90HalfFused, Route::kNone, "epilogue fused into the Hopper half GEMM"};
+}
+
+}  // namespace
+
+Plan plan_gemm(const GemmRequest& r) {
+  const Settings& s = r.settings != nullptr ? *r.settings : settings();
+  TORCH_CHECK(s.error.empty(), s.error);
+  if (r.m == 0 || r.n == 0) return {Route::kNone, Route::kNone, "empty output"};
+  const bool rounds = rounds_intermediates(r.numerics, is_half(r.dtype));
+  if (r.op == Op::kSumMaxAvgPoolLse) {
+    // The fold never forms y[i, j]; eager needs each one rounded, so it runs the full GEMM.
+    return rounds ? Plan{Route::kAtenLinear, Route::kNone, "eager: y as the reference rounds it"}
+                  : Plan{Route::kFoldedMatvec, Route::kNone, "sum of a Linear = x . colsum(W)"};
+  }
+  // Model 98's GEMM runs on the pooled weight, whose rows no reference op writes: its eager
+  // rounding happens in the epilogue, after any GEMM.
+  if (rounds && r.op != Op::kAvgPoolGeluScaleMax) {
+    return {Route::kAtenLinear, Route::kNone, "eager: y as the reference's GEMM rounds it"};
+  }
+  switch (r.dtype) {
+    case DType::kFloat64:
+      return {Route::kCublasDouble, Route::kNone, "float64"};
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return plan_half(r, s);
+    case DType::kFloat32:
+      break;
+  }
+  Plan p = plan_float32(r, s);
+  if (p.route == Route::kFp16x3 && r.op == Op::kAvgPoolGeluScaleMax && r.epilogue_fusable &&
+      r.k > 0) {
+    // Model 98's row epilogue sums the engine's K-slices itself: y is never written.
+    p.route = Route::kFp16x3Fused;
+  }
+  return p;
+}
+
+}  // namespace fusedops::plan

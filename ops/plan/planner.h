@@ -1,0 +1,78 @@
+// The GEMM planner: the one place that decides which GEMM runs for a fused operator, and why.
+// A pure function of a request (what the operator is and can fuse, the dtypes, numerics,
+// torch's float32 matmul precision, the settings, the device, the sizes and alignment) to a
+// route (route.h) with a one-line reason. Kernel choice is data: the rules below are the
+// whole policy, and tests/cpp/test_planner.cpp walks them as a table on the CPU.
+//
+// How to add a route: a Route value and its name (route.h), its engine (ops/cuda/engines/ or
+// gemm/), one rule in plan_gemm (planner.cpp), a row in the table test; ops/cuda/linear.cu
+// runs it when it is an unfused GEMM, the operator's file when it fuses its epilogue.
+#pragma once
+
+#include <cstdint>
+
+#include "common/numerics.h"
+#include "plan/route.h"
+#include "plan/settings.h"
+
+namespace fusedops::plan {
+
+// Which fused operator asks: each has its own epilogue and fused routes.
+enum class Op : uint8_t {
+  kAvgPoolGeluScaleMax,  // model 98: the GEMM runs on the pooled (folded) weight
+  kSumMaxAvgPoolLse,     // model 18
+  kScaleBatchNorm,       // model 39
+  kGroupNormLeakyRelu,   // model 62
+};
+const char* op_name(Op op);
+
+enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16 };
+const char* dtype_name(DType dtype);
+
+// torch's float32 matmul precision on CUDA (torch.backends.cuda.matmul.fp32_precision,
+// torch.set_float32_matmul_precision): "ieee" (highest), "tf32" (high), "bf16" (medium).
+enum class MatmulPrecision : uint8_t { kIeee, kTf32, kBf16 };
+
+// The facts of the device a call runs on (engines/device.h reads them once per device).
+struct DeviceFacts {
+  int major = 0, minor = 0;
+  int sm_count = 0;
+  bool sm90_kernels = false;  // this build holds the sm_90a kernels (CUTLASS, 90a in the arch list)
+};
+
+struct GemmRequest {
+  Op op = Op::kScaleBatchNorm;
+  DType dtype = DType::kFloat32;  // the model's dtype: x's and weight's
+  Numerics numerics = Numerics::kAccurate;
+  MatmulPrecision precision = MatmulPrecision::kIeee;
+  // y (m, n) = x (m, k) W (n, k)^T, as the GEMM sees it (model 98: n is the pooled width).
+  int64_t m = 0, n = 0, k = 0;
+  // x and the weight as the GEMM reads them (contiguous) start on 16-byte boundaries.
+  bool x_aligned = true, w_aligned = true;
+  // The operator's epilogue can run inside its fused route at these sizes (model 62: the group
+  // size and its parameters' alignment; model 98: the pooled width and its bias's alignment).
+  bool epilogue_fusable = false;
+  DeviceFacts device;
+  const Settings* settings = nullptr;  // null: the process's settings()
+};
+
+struct Plan {
+  Route route = Route::kNone;
+  // What runs when the route refuses the data at run time (the 3xFP16 engine's weight range
+  // check, or its first call inside a CUDA-graph capture): kNone where nothing can refuse.
+  Route fallback = Route::kNone;
+  const char* why = "";  // one line, a literal: FUSEDOPS_LOG and explain print it
+};
+
+// Throws c10::Error for a bad setting (settings.h) or a forced route that cannot run here,
+// naming the setting and why.
+Plan plan_gemm(const GemmRequest& request);
+
+// Thresholds of the rules, exposed for the table test. Why each value: planner.cpp.
+inline constexpr int64_t kMaxSkinnyRows = 4;
+inline constexpr int64_t kMin3xFp16Rows = 128;
+inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30
+inline constexpr int64_t kMin3xTf32Rows = 128;
+inline constexpr int64_t kMin3xTf32Cols = 2048;
+
+}  // namespace fusedops::plan

@@ -1,0 +1,29 @@
+// The routes a fused operator's GEMM can take: each names one engine (ops/cuda/engines/ and
+// ops/cuda/gemm/) and, for the fused routes, the operator epilogue that runs inside it. The
+// planner (planner.h) picks one per call; ops/cuda/linear.cu runs the unfused ones.
+#pragma once
+
+#include <cstdint>
+
+namespace fusedops::plan {
+
+enum class Route : uint8_t {
+  kNone,            // nothing to multiply (an empty output), or the fallback of a route that has none
+  kFoldedMatvec,    // model 18: x . colsum(W) + sum(b); the GEMM folds away
+  kAtenLinear,      // "eager" float16/bfloat16: ATen's own GEMM in the model's dtype, bias included
+  kCublasDouble,    // float64: cuBLAS DGEMM
+  kCublasHalf,      // float16/bfloat16 operands, float32 accumulators and output: cuBLAS
+  kSm90HalfFused,   // float16/bfloat16 on Hopper, the operator's epilogue on the accumulators
+  kSkinny,          // float32, at most 4 rows: the weight-streaming kernel (engines/skinny)
+  kFp16x3,          // float32-accurate on Hopper: the 3xFP16 engine (gemm/gemm_3xfp16.h)
+  kFp16x3Fused,     // ... its K-slice partials summed by the operator's epilogue (model 98)
+  kTf32x3,          // float32-accurate: three TF32 products, cuBLAS (engines/tf32x3)
+  kSgemm,           // float32 on the CUDA cores: cuBLAS SGEMM, IEEE semantics
+  kTf32,            // TF32 allowed by the user: ATen's own matmul
+  kBf16x,           // bfloat16 products allowed by the user: cuBLAS's FAST_16BF
+};
+
+// A short stable name ("3xfp16", "sm90-half-fused", ...), as FUSEDOPS_LOG and explain print it.
+const char* route_name(Route route);
+
+}  // namespace fusedops::plan

@@ -1,0 +1,45 @@
+// The fusedops settings: the environment variables that steer which GEMM runs, read in this
+// one place into one table. Nothing else in the library calls getenv.
+//
+//   FUSEDOPS_FP32_GEMM    auto | ieee | 3xtf32 | 3xfp16   the float32-accurate GEMM (auto: the
+//                         planner's choice; a forced route that cannot run is an error, never
+//                         a silent fallback)
+//   FUSEDOPS_HALF_GEMM    auto | cublas | fused           float16/bfloat16 with a fused epilogue
+//   FUSEDOPS_3XTF32_CHUNK a positive multiple of 32       the 3xTF32 promotion interval (tuning)
+//   FUSEDOPS_LOG          routes                          print each new route choice to stderr
+//
+// The environment is read once, at the first call that needs it; reload_settings() (Python:
+// fusedops.reload_settings()) reads it again after a change. A bad value is reported, with the
+// variable, the allowed values and the value given, by the first operator call that plans a
+// GEMM (not at load time: importing fusedops never fails on a setting).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fusedops::plan {
+
+enum class Fp32GemmSetting : uint8_t { kAuto, kIeee, k3xTf32, k3xFp16 };
+enum class HalfGemmSetting : uint8_t { kAuto, kCublas, kFused };
+
+struct Settings {
+  Fp32GemmSetting fp32_gemm = Fp32GemmSetting::kAuto;
+  HalfGemmSetting half_gemm = HalfGemmSetting::kAuto;
+  // K-chunk between float32 promotions of 3xTF32's main term: 1024 keeps its error under
+  // SGEMM's at the default sizes (docs/PERFORMANCE.md).
+  int64_t tf32x3_chunk = 1024;
+  bool log_routes = false;
+  // The first bad value, as the message the planner throws; empty when all are good.
+  std::string error;
+};
+
+// Parses a table from `lookup` (getenv, or a test's map): pure, no global state.
+using EnvLookup = const char* (*)(const char* name, void* context);
+Settings parse_settings(EnvLookup lookup, void* context);
+
+// The process's table, parsed from the environment on first use; safe from any thread.
+const Settings& settings();
+// Reads the environment again; calls already running keep the table they started with.
+void reload_settings();
+
+}  // namespace fusedops::plan

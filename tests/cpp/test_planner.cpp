@@ -1,0 +1,319 @@
+// The GEMM planner (ops/plan/planner.h) walked as a table on the CPU: operator x dtype x
+// numerics x precision x settings x device x sizes -> route. No GPU: the device is a row of
+// facts. Then the settings parser, and invariants over the whole cross product.
+#include <gtest/gtest.h>
+
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plan/planner.h"
+#include "plan/settings.h"
+
+namespace fusedops::testing {
+namespace {
+
+using plan::DeviceFacts;
+using plan::DType;
+using plan::GemmRequest;
+using plan::MatmulPrecision;
+using plan::Op;
+using plan::Route;
+using plan::Settings;
+
+const DeviceFacts kH100{9, 0, 132, true};
+const DeviceFacts kH100NoSm90Build{9, 0, 132, false};
+const DeviceFacts kA100{8, 0, 108, true};
+
+Settings settings_with(plan::Fp32GemmSetting fp32, plan::HalfGemmSetting half) {
+  Settings s;
+  s.fp32_gemm = fp32;
+  s.half_gemm = half;
+  return s;
+}
+const Settings kAuto;
+const Settings kIeee = settings_with(plan::Fp32GemmSetting::kIeee, plan::HalfGemmSetting::kAuto);
+const Settings k3xTf32 =
+    settings_with(plan::Fp32GemmSetting::k3xTf32, plan::HalfGemmSetting::kAuto);
+const Settings k3xFp16 =
+    settings_with(plan::Fp32GemmSetting::k3xFp16, plan::HalfGemmSetting::kAuto);
+const Settings kCublas = settings_with(plan::Fp32GemmSetting::kAuto, plan::HalfGemmSetting::kCublas);
+const Settings kFused = settings_with(plan::Fp32GemmSetting::kAuto, plan::HalfGemmSetting::kFused);
+
+struct Row {
+  const char* name;
+  Op op;
+  DType dtype;
+  Numerics numerics;
+  MatmulPrecision precision;
+  const Settings* settings;
+  DeviceFacts device;
+  int64_t m, n, k;
+  bool aligned;   // x and the weight start on 16-byte boundaries
+  bool fusable;   // the operator's epilogue can run inside its fused route
+  Route route;
+  Route fallback;
+};
+
+constexpr Op k62 = Op::kGroupNormLeakyRelu, k39 = Op::kScaleBatchNorm,
+             k98 = Op::kAvgPoolGeluScaleMax, k18 = Op::kSumMaxAvgPoolLse;
+constexpr DType f32 = DType::kFloat32, f64 = DType::kFloat64, f16 = DType::kFloat16,
+                bf16 = DType::kBFloat16;
+constexpr Numerics acc = Numerics::kAccurate, eager = Numerics::kEager;
+constexpr MatmulPrecision ieee = MatmulPrecision::kIeee, tf32 = MatmulPrecision::kTf32,
+                          bf16x = MatmulPrecision::kBf16;
+constexpr Route none = Route::kNone;
+
+const std::vector<Row> kTable = {
+    // float32 at full precision: the float32-accurate engines by device and size.
+    {"62 f32 default size on H100", k62, f32, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kFp16x3, Route::kSgemm},
+    {"39 f32 KernelBench size on H100", k39, f32, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kFp16x3, Route::kSgemm},
+    {"62 f32 on A100: 3xTF32", k62, f32, acc, ieee, &kAuto, kA100, 1024, 8192, 8192, true, true, Route::kTf32x3, none},
+    {"62 f32 on H100 without the sm_90a build", k62, f32, acc, ieee, &kAuto, kH100NoSm90Build, 1024, 8192, 8192, true, true, Route::kTf32x3, none},
+    {"N not a multiple of 4: no 3xFP16", k39, f32, acc, ieee, &kAuto, kH100, 1024, 8190, 8192, true, false, Route::kTf32x3, none},
+    {"127 rows: neither split", k39, f32, acc, ieee, &kAuto, kH100, 127, 8192, 8192, true, false, Route::kSgemm, none},
+    {"128 rows under 2^30 FLOP", k39, f32, acc, ieee, &kAuto, kH100, 128, 1024, 4095, true, false, Route::kSgemm, none},
+    {"3xTF32 needs a whole K chunk", k39, f32, acc, ieee, &kAuto, kA100, 1024, 8192, 1023, true, false, Route::kSgemm, none},
+    {"3xTF32 needs 2048 outputs", k39, f32, acc, ieee, &kAuto, kA100, 1024, 2047, 8192, true, false, Route::kSgemm, none},
+    {"4 rows: the skinny kernel", k62, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, true, true, Route::kSkinny, none},
+    {"1 row: the skinny kernel", k39, f32, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, false, Route::kSkinny, none},
+    {"5 rows: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 5, 8192, 8192, true, false, Route::kSgemm, none},
+    {"4 rows, unaligned: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, false, false, Route::kSgemm, none},
+    {"4 rows, K not a multiple of 4: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8190, true, false, Route::kSgemm, none},
+    // torch's float32 matmul precision.
+    {"TF32 allowed", k62, f32, acc, tf32, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kTf32, none},
+    {"TF32 allowed, 2 rows: skinny", k62, f32, acc, tf32, &kAuto, kH100, 2, 8192, 8192, true, true, Route::kSkinny, none},
+    {"TF32 allowed wins over FUSEDOPS_FP32_GEMM", k39, f32, acc, tf32, &k3xFp16, kH100, 1024, 8192, 8192, true, false, Route::kTf32, none},
+    {"bf16 allowed", k39, f32, acc, bf16x, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kBf16x, none},
+    {"bf16 allowed, 2 rows: still bf16", k39, f32, acc, bf16x, &kAuto, kH100, 2, 8192, 8192, true, false, Route::kBf16x, none},
+    // FUSEDOPS_FP32_GEMM.
+    {"forced ieee", k62, f32, acc, ieee, &kIeee, kH100, 1024, 8192, 8192, true, true, Route::kSgemm, none},
+    {"forced ieee, 3 rows: skinny", k62, f32, acc, ieee, &kIeee, kH100, 3, 8192, 8192, true, true, Route::kSkinny, none},
+    {"forced 3xtf32 at a small size", k39, f32, acc, ieee, &k3xTf32, kH100, 8, 64, 64, true, false, Route::kTf32x3, none},
+    {"forced 3xfp16 at a small size", k39, f32, acc, ieee, &k3xFp16, kH100, 8, 64, 64, true, false, Route::kFp16x3, Route::kSgemm},
+    // Model 98: the K-slices summed in its epilogue.
+    {"98 f32 on H100: fused into the epilogue", k98, f32, acc, ieee, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kFp16x3Fused, Route::kSgemm},
+    {"98 f32 pooled width not a multiple of 4", k98, f32, acc, ieee, &kAuto, kH100, 1024, 510, 8192, true, false, Route::kSgemm, none},
+    {"98 f32 on A100", k98, f32, acc, ieee, &kAuto, kA100, 1024, 512, 8192, true, true, Route::kSgemm, none},
+    {"98 f32 forced 3xfp16, small", k98, f32, acc, ieee, &k3xFp16, kH100, 2, 512, 8192, true, true, Route::kFp16x3Fused, Route::kSgemm},
+    {"98 f16 eager: rounding in the epilogue only", k98, f16, eager, ieee, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kCublasHalf, none},
+    {"98 bf16 accurate", k98, bf16, acc, ieee, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kCublasHalf, none},
+    // Model 18: the fold, or eager's full GEMM.
+    {"18 f32", k18, f32, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kFoldedMatvec, none},
+    {"18 f16 accurate", k18, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kFoldedMatvec, none},
+    {"18 bf16 eager", k18, bf16, eager, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kAtenLinear, none},
+    {"18 f32 eager: nothing to round", k18, f32, eager, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kFoldedMatvec, none},
+    {"18 f64", k18, f64, acc, ieee, &kAuto, kA100, 7, 9, 11, true, false, Route::kFoldedMatvec, none},
+    // float64, and eager float32 (the same computation as accurate).
+    {"39 f64", k39, f64, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kCublasDouble, none},
+    {"62 f64 eager", k62, f64, eager, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kCublasDouble, none},
+    {"39 f32 eager", k39, f32, eager, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kFp16x3, Route::kSgemm},
+    // float16/bfloat16: model 62's fused epilogue.
+    {"62 f16 on H100: fused", k62, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kSm90HalfFused, none},
+    {"62 bf16 on H100: fused", k62, bf16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kSm90HalfFused, none},
+    {"62 f16, 132 tiles: fused", k62, f16, acc, ieee, &kAuto, kH100, 128 * 2, 128 * 66, 512, true, true, Route::kSm90HalfFused, none},
+    {"62 f16, 131 tiles: cuBLAS", k62, f16, acc, ieee, &kAuto, kH100, 128, 128 * 131, 512, true, true, Route::kCublasHalf, none},
+    {"62 f16 group the epilogue cannot take", k62, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kCublasHalf, none},
+    {"62 f16 K not a multiple of 8", k62, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8188, true, true, Route::kCublasHalf, none},
+    {"62 f16 unaligned", k62, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, false, true, Route::kCublasHalf, none},
+    {"62 f16 on A100", k62, f16, acc, ieee, &kAuto, kA100, 1024, 8192, 8192, true, true, Route::kCublasHalf, none},
+    {"62 f16 eager: ATen's GEMM", k62, f16, eager, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kAtenLinear, none},
+    {"62 f16 eager ignores FUSEDOPS_HALF_GEMM=fused", k62, f16, eager, ieee, &kFused, kH100, 1024, 8192, 8192, true, true, Route::kAtenLinear, none},
+    {"62 f16 FUSEDOPS_HALF_GEMM=cublas", k62, f16, acc, ieee, &kCublas, kH100, 1024, 8192, 8192, true, true, Route::kCublasHalf, none},
+    {"62 f16 FUSEDOPS_HALF_GEMM=fused, small", k62, f16, acc, ieee, &kFused, kH100, 3, 64, 64, true, true, Route::kSm90HalfFused, none},
+    {"62 f32 ignores FUSEDOPS_HALF_GEMM", k62, f32, acc, ieee, &kFused, kA100, 1024, 8192, 8192, true, true, Route::kTf32x3, none},
+    {"39 f16: no fused epilogue", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kCublasHalf, none},
+    {"39 bf16 eager", k39, bf16, eager, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kAtenLinear, none},
+    // Empty outputs.
+    {"no rows", k39, f32, acc, ieee, &kAuto, kH100, 0, 8192, 8192, true, false, none, none},
+    {"no columns", k62, f16, acc, ieee, &kAuto, kH100, 8, 0, 8192, true, true, none, none},
+};
+
+GemmRequest request_of(const Row& row) {
+  GemmRequest r;
+  r.op = row.op;
+  r.dtype = row.dtype;
+  r.numerics = row.numerics;
+  r.precision = row.precision;
+  r.m = row.m;
+  r.n = row.n;
+  r.k = row.k;
+  r.x_aligned = r.w_aligned = row.aligned;
+  r.epilogue_fusable = row.fusable;
+  r.device = row.device;
+  r.settings = row.settings;
+  return r;
+}
+
+TEST(Planner, Table) {
+  for (const Row& row : kTable) {
+    const plan::Plan p = plan::plan_gemm(request_of(row));
+    EXPECT_EQ(plan::route_name(p.route), std::string(plan::route_name(row.route))) << row.name;
+    EXPECT_EQ(plan::route_name(p.fallback), std::string(plan::route_name(row.fallback))) << row.name;
+    EXPECT_STRNE(p.why, "") << row.name;
+  }
+}
+
+// A forced route that cannot run is an error naming the setting and why, never a fallback.
+TEST(Planner, ForcedRoutesThatCannotRunAreErrors) {
+  Row row = kTable[0];
+  row.settings = &k3xFp16;
+  row.device = kA100;
+  try {
+    plan::plan_gemm(request_of(row));
+    FAIL() << "FUSEDOPS_FP32_GEMM=3xfp16 on an A100 planned a route";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FUSEDOPS_FP32_GEMM=3xfp16 needs an sm_90 GPU"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the device is not sm_90"), std::string::npos) << e.what();
+  }
+  row = kTable[0];
+  row.dtype = f16;
+  row.settings = &kFused;
+  row.k = 8188;
+  try {
+    plan::plan_gemm(request_of(row));
+    FAIL() << "FUSEDOPS_HALF_GEMM=fused with K = 8188 planned a route";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "FUSEDOPS_HALF_GEMM=fused cannot run here: x and weight must be contiguous, "
+                  "16-byte aligned, with in_features a positive multiple of 8"),
+              std::string::npos) << e.what();
+  }
+}
+
+const char* lookup_in(const char* name, void* context) {
+  const auto& env = *static_cast<const std::map<std::string, std::string>*>(context);
+  const auto it = env.find(name);
+  return it == env.end() ? nullptr : it->second.c_str();
+}
+
+Settings parse(std::map<std::string, std::string> env) {
+  return plan::parse_settings(lookup_in, &env);
+}
+
+TEST(Settings, ParsesEachVariable) {
+  const Settings none = parse({});
+  EXPECT_EQ(none.fp32_gemm, plan::Fp32GemmSetting::kAuto);
+  EXPECT_EQ(none.half_gemm, plan::HalfGemmSetting::kAuto);
+  EXPECT_EQ(none.tf32x3_chunk, 1024);
+  EXPECT_FALSE(none.log_routes);
+  EXPECT_EQ(none.error, "");
+  const Settings all = parse({{"FUSEDOPS_FP32_GEMM", "3xtf32"},
+                              {"FUSEDOPS_HALF_GEMM", "cublas"},
+                              {"FUSEDOPS_3XTF32_CHUNK", "256"},
+                              {"FUSEDOPS_LOG", "routes"}});
+  EXPECT_EQ(all.fp32_gemm, plan::Fp32GemmSetting::k3xTf32);
+  EXPECT_EQ(all.half_gemm, plan::HalfGemmSetting::kCublas);
+  EXPECT_EQ(all.tf32x3_chunk, 256);
+  EXPECT_TRUE(all.log_routes);
+  EXPECT_EQ(all.error, "");
+}
+
+TEST(Settings, OneMessageStyleForBadValues) {
+  EXPECT_EQ(parse({{"FUSEDOPS_HALF_GEMM", "fast"}}).error,
+            "fusedops: FUSEDOPS_HALF_GEMM must be auto, cublas or fused, got fast");
+  EXPECT_EQ(parse({{"FUSEDOPS_FP32_GEMM", "tf32"}}).error,
+            "fusedops: FUSEDOPS_FP32_GEMM must be auto, ieee, 3xtf32 or 3xfp16, got tf32");
+  for (const char* chunk : {"100", "0", "-64", "64x", "", "99999999999"}) {
+    EXPECT_EQ(parse({{"FUSEDOPS_3XTF32_CHUNK", chunk}}).error,
+              std::string("fusedops: FUSEDOPS_3XTF32_CHUNK must be a positive multiple of 32 (at "
+                           "most 1048576), got ") + chunk);
+  }
+  EXPECT_EQ(parse({{"FUSEDOPS_LOG", "all"}}).error,
+            "fusedops: FUSEDOPS_LOG must be empty or routes, got all");
+  // The planner reports it at the first call, naming the variable.
+  Settings bad = parse({{"FUSEDOPS_HALF_GEMM", "fast"}});
+  GemmRequest r = request_of(kTable[0]);
+  r.settings = &bad;
+  EXPECT_THROW(
+      {
+        try {
+          plan::plan_gemm(r);
+        } catch (const c10::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("FUSEDOPS_HALF_GEMM must be auto, cublas or fused, "
+                                               "got fast"), std::string::npos);
+          throw;
+        }
+      },
+      c10::Error);
+}
+
+// Over the whole cross product: the contracts every route choice keeps.
+TEST(Planner, InvariantsOverTheCrossProduct) {
+  const Op ops[] = {k62, k39, k98, k18};
+  const DType dtypes[] = {f32, f64, f16, bf16};
+  const Numerics numerics[] = {acc, eager};
+  const MatmulPrecision precisions[] = {ieee, tf32, bf16x};
+  const Settings* settings[] = {&kAuto, &kIeee, &k3xTf32, &kCublas};
+  const DeviceFacts devices[] = {kH100, kA100, kH100NoSm90Build};
+  const int64_t sizes[][3] = {{1, 8192, 8192}, {4, 4096, 4096}, {64, 8192, 8192},
+                              {1024, 8192, 8192}, {1024, 512, 8192}, {16384, 4096, 4096},
+                              {33, 129, 77}};
+  int planned = 0;
+  for (Op op : ops)
+    for (DType dtype : dtypes)
+      for (Numerics num : numerics)
+        for (MatmulPrecision precision : precisions)
+          for (const Settings* s : settings)
+            for (const DeviceFacts& device : devices)
+              for (const auto& size : sizes)
+                for (bool fusable : {false, true}) {
+                  const Row row{"", op, dtype, num, precision, s, device, size[0], size[1],
+                                size[2], true, fusable, none, none};
+                  const plan::Plan p = plan::plan_gemm(request_of(row));
+                  const Route r = p.route;
+                  const bool half = dtype == f16 || dtype == bf16;
+                  SCOPED_TRACE(std::string(plan::op_name(op)) + " " + plan::dtype_name(dtype) +
+                               " m=" + std::to_string(size[0]) + ": " + plan::route_name(r));
+                  ++planned;
+                  if (op == k18) {
+                    EXPECT_TRUE(r == (half && num == eager ? Route::kAtenLinear
+                                                           : Route::kFoldedMatvec));
+                    continue;
+                  }
+                  if (dtype == f64) {
+                    EXPECT_EQ(r, Route::kCublasDouble);
+                  }
+                  // Eager half precision takes the reference's own GEMM (model 98 has no GEMM
+                  // output of the reference's to round: its epilogue rounds).
+                  if (half && num == eager) {
+                    EXPECT_EQ(r, op == k98 ? Route::kCublasHalf : Route::kAtenLinear);
+                  }
+                  // Half-precision models never run a float32 engine, and vice versa.
+                  if (half) {
+                    EXPECT_TRUE(r == Route::kCublasHalf || r == Route::kSm90HalfFused ||
+                                r == Route::kAtenLinear);
+                  }
+                  if (r == Route::kSm90HalfFused) {
+                    EXPECT_TRUE(op == k62 && fusable && num == acc && device.major == 9 &&
+                                device.sm90_kernels);
+                  }
+                  // The exact-float32 contract: TF32 or bf16 products only when torch allows.
+                  if (dtype == f32 && precision == ieee) {
+                    EXPECT_NE(r, Route::kTf32);
+                    EXPECT_NE(r, Route::kBf16x);
+                  }
+                  if (dtype == f32 && precision == tf32) {
+                    EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny);
+                  }
+                  if (r == Route::kFp16x3 || r == Route::kFp16x3Fused) {
+                    EXPECT_TRUE(device.major == 9 && device.sm90_kernels && size[1] % 4 == 0);
+                    EXPECT_EQ(p.fallback, Route::kSgemm);
+                  } else {
+                    EXPECT_EQ(p.fallback, none);
+                  }
+                  if (r == Route::kSkinny) {
+                    EXPECT_LE(size[0], plan::kMaxSkinnyRows);
+                  }
+                  if (s == &kIeee && dtype == f32 && precision == ieee) {
+                    EXPECT_TRUE(r == Route::kSgemm || r == Route::kSkinny);
+                  }
+                }
+  EXPECT_EQ(planned, 4 * 4 * 2 * 3 * 4 * 3 * 7 * 2);
+}
+
+}  // namespace
+}  // namespace fusedops::testing
