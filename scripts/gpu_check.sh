@@ -3,8 +3,8 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench"   leave steps out
-#     ("build" reuses the build directory of an earlier call on the same machine)
+#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench compare"   leave steps
+#     out ("build" reuses the build directories of an earlier call on the same machine)
 #   FUSEDOPS_GPU_BUILD_DIR   the build directory (default build-gpu/)
 #   FUSEDOPS_GPU_BASELINE=DIR   also build the source tree in DIR (an earlier commit, e.g.
 #     `git archive <commit> | tar -x -C .carry/base`), beside this one, and after the benchmark
@@ -87,12 +87,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 BASELINE="${FUSEDOPS_GPU_BASELINE:-}"
 if [[ -n $BASELINE ]]; then
   BASELINE="$(cd "$BASELINE" && pwd)"
-  # Built beside this tree, each with half the cores.
-  rm -rf "$BASELINE/build-gpu"
-  ( FUSEDOPS_BUILD_DIR="$BASELINE/build-gpu" FUSEDOPS_JOBS=$(( $(nproc) / 2 )) \
-      "$BASELINE/scripts/build.sh" "$BASELINE/build-gpu" >"$OUT/build_baseline.log" 2>&1;
-    echo $? >"$OUT/build_baseline.rc" ) &
-  baseline_build=$!
+  if skip build && [[ -f $BASELINE/build-gpu/libfusedops.so ]]; then
+    # "build" skipped: both builds of an earlier call on this machine are reused.
+    echo 0 >"$OUT/build_baseline.rc"; baseline_build=""
+  else
+    # Built beside this tree, each with half the cores.
+    rm -rf "$BASELINE/build-gpu"
+    ( FUSEDOPS_BUILD_DIR="$BASELINE/build-gpu" FUSEDOPS_JOBS=$(( $(nproc) / 2 )) \
+        "$BASELINE/scripts/build.sh" "$BASELINE/build-gpu" >"$OUT/build_baseline.log" 2>&1;
+      echo $? >"$OUT/build_baseline.rc" ) &
+    baseline_build=$!
+  fi
 fi
 if ! skip build; then
   rm -rf "$FUSEDOPS_BUILD_DIR"  # a clean build every time: the numbers below belong to this tree
@@ -100,7 +105,7 @@ if ! skip build; then
   FUSEDOPS_JOBS=${FUSEDOPS_JOBS:-$jobs} step build build.log "$ROOT/scripts/build.sh" "$FUSEDOPS_BUILD_DIR"
 fi
 if [[ -n $BASELINE ]]; then
-  wait "$baseline_build"
+  [[ -n $baseline_build ]] && wait "$baseline_build"
   status[build-baseline]=$(cat "$OUT/build_baseline.rc")
   echo "   build-baseline: exit ${status[build-baseline]} (log build_baseline.log)" >&2
 fi
@@ -149,7 +154,7 @@ done
 if ! skip bench; then
   step bench bench.log "$FUSEDOPS_PYTHON" "$ROOT/bench/bench.py" --json "$OUT/bench.json" "$@"
 fi
-if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]]; then
+if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]] && ! skip compare; then
   # One process per run (a process loads one libfusedops); the runs alternate so that drift
   # over the call falls on both builds alike.
   read -r -a compare_args <<<"${FUSEDOPS_GPU_COMPARE_ARGS:---models 18,98,39,62 --batches 1,1024 \
