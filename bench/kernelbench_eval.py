@@ -22,6 +22,8 @@ the problem's ModelNew with the chosen numerics as a keyword argument, e.g.
 The evaluator runs the reference source of KernelBench itself (its sizes: model 39 at
 16384 x 4096 -> 4096), 5 correctness trials from seed 42 with torch.rand inputs and
 atol = rtol = 1e-2 for fp16/bf16, then times ModelNew and the reference with CUDA events.
+With --compile the reference under torch.compile is timed too, by KernelBench's own
+measure_ref_program_time (its torch.compile baseline), in the same process.
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ def import_kernelbench_eval(kernelbench: Path, workdir: Path):
     (package / "utils.py").write_text(UTILS_STUB)
     sys.path.insert(0, str(workdir))
     from kernelbench import eval as kb_eval  # noqa: E402
-    return kb_eval
+    from kernelbench import timing as kb_timing  # noqa: E402
+    return kb_eval, kb_timing
 
 
 def main(argv=None) -> int:
@@ -81,6 +84,9 @@ def main(argv=None) -> int:
     parser.add_argument("--numerics", choices=("accurate", "eager"), default="eager")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--perf-trials", type=int, default=20)
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the reference under torch.compile (KernelBench's "
+                             "measure_ref_program_time)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
@@ -88,7 +94,7 @@ def main(argv=None) -> int:
 
     results = []
     with tempfile.TemporaryDirectory() as workdir:
-        kb_eval = import_kernelbench_eval(args.kernelbench, Path(workdir))
+        kb_eval, kb_timing = import_kernelbench_eval(args.kernelbench, Path(workdir))
         for problem in args.problems.split(","):
             (reference_file,) = (args.kernelbench / "KernelBench" / "level2").glob(
                 f"{problem}_*.py")
@@ -105,6 +111,16 @@ def main(argv=None) -> int:
                        "runtime_ms": result.runtime if result.runtime > 0 else None,
                        "ref_runtime_ms": result.ref_runtime if result.ref_runtime > 0 else None,
                        "max_difference": result.metadata.get("max_difference")}
+                if args.compile:
+                    stats = kb_timing.measure_ref_program_time(
+                        reference_file.stem, reference_file.read_text(),
+                        num_trials=args.perf_trials, use_torch_compile=True,
+                        precision=PRECISIONS[precision])
+                    row["compile_runtime_ms"] = stats["mean"] if stats else None
+                    if stats and row["runtime_ms"]:
+                        row["x_vs_compile"] = round(stats["mean"] / row["runtime_ms"], 3)
+                if row["runtime_ms"] and row["ref_runtime_ms"]:
+                    row["x_vs_eager"] = round(row["ref_runtime_ms"] / row["runtime_ms"], 3)
                 print(json.dumps(row, default=str), flush=True)
                 results.append(row)
     if args.json:

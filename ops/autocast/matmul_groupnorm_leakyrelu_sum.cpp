@@ -4,13 +4,15 @@
 // and leaky_relu and the sum stay in float32. On CPU group_norm is on no list: it normalizes
 // the autocast-dtype input with the float32 parameters and returns the input's dtype, as do
 // leaky_relu and the sum.
-// The affine parameters must stay float32 (rounding gamma and beta to bfloat16 moved a
-// result by 12 units in its last place where gamma * x_hat and beta cancel), and the operator
-// takes one dtype, so it runs in float32 here on x, weight and bias rounded to the autocast
-// dtype as the policy casts them (the GEMM's products of those values are exact in float32);
-// the result goes to the reference's dtype. The rounding not repeated is the reference's of
-// the Linear output before group_norm (this result is the closer to float64); the GEMM runs
-// at float32 speed.
+// On CUDA the operator takes that as its autocast form (common/checks.h): x, weight and bias
+// cast as the policy casts them (the bias widened back: every parameter after the Linear is
+// float32), gamma and beta float32 (rounding them to bfloat16 moved a result by 12 units in its
+// last place where gamma * x_hat and beta cancel); its Linear then runs on the tensor cores in
+// the autocast dtype, with the normalization in float32 on the accumulators, and it returns
+// float32, the reference's dtype. The rounding not repeated is the reference's of the Linear
+// output before group_norm (this result is the closer to float64). On CPU the operator takes
+// one dtype: it runs in float32 on x, weight and bias rounded to the autocast dtype (the GEMM's
+// products of those values are exact in float32), and the result goes to the input's dtype.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -33,10 +35,16 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autocast(const at::Tensor& x, const at
                                           negative_slope, cache_folds, numerics);
   }
   auto rounded = [&](const at::Tensor& t) { return call.to_autocast_dtype(t).to(at::kFloat); };
-  const at::Tensor out = matmul_groupnorm_leakyrelu_sum(
-      rounded(x), rounded(weight), rounded(bias), num_groups, gn_weight.to(at::kFloat),
-      gn_bias.to(at::kFloat), eps, negative_slope, cache_folds, numerics);
-  return device_type == c10::DeviceType::CUDA ? out : out.to(call.dtype());
+  if constexpr (device_type == c10::DeviceType::CUDA) {
+    return matmul_groupnorm_leakyrelu_sum(
+        call.to_autocast_dtype(x), call.to_autocast_dtype(weight), rounded(bias), num_groups,
+        gn_weight.to(at::kFloat), gn_bias.to(at::kFloat), eps, negative_slope, cache_folds,
+        numerics);
+  }
+  return matmul_groupnorm_leakyrelu_sum(rounded(x), rounded(weight), rounded(bias), num_groups,
+                                        gn_weight.to(at::kFloat), gn_bias.to(at::kFloat), eps,
+                                        negative_slope, cache_folds, numerics)
+      .to(call.dtype());
 }
 
 }  // namespace

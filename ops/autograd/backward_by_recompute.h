@@ -102,4 +102,14 @@ class BackwardByRecompute {
   std::vector<bool> needed_;
 };
 
+// The reference's Linear as it ran. In the autocast form (common/checks.h: x and weight
+// float16/bfloat16, bias and the later parameters float32) autocast had cast the bias to x's
+// dtype; the recomputation (autocast off) casts it so, and the gradient flows back through the
+// cast to the float32 bias, as in the reference.
+inline at::Tensor reference_linear(const at::Tensor& x, const at::Tensor& weight,
+                                   const at::Tensor& bias) {
+  return at::linear(x, weight,
+                    bias.scalar_type() == x.scalar_type() ? bias : bias.to(x.scalar_type()));
+}
+
 }  // namespace fusedops::autograd

@@ -86,8 +86,9 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     const at::Tensor running_var = training ? at::Tensor() : saved[7].detach();
 
     // The reference's forward, op for op (Model39 in models/fusedops/reference.py). Momentum
-    // only weighs a running-statistics update, and the recomputation makes none.
-    const at::Tensor z = at::linear(x, weight, bias) * scale;
+    // only weighs a running-statistics update, and the recomputation makes none. In the
+    // autocast form `* scale` promotes the half Linear output to float32, as it did.
+    const at::Tensor z = autograd::reference_linear(x, weight, bias) * scale;
     const bool cudnn_enabled = at::globalContext().userEnabledCuDNN();  // as F.batch_norm
     const at::Tensor out = at::batch_norm(z, bn_weight, bn_bias, running_mean, running_var,
                                           training, /*momentum=*/0.0, eps, cudnn_enabled);

@@ -51,8 +51,10 @@ class MatmulGroupnormLeakyreluSumFunction
     const at::Tensor bias = recompute.input(saved[2], 2);
     const at::Tensor gn_weight = recompute.input(saved[3], 3);
     const at::Tensor gn_bias = recompute.input(saved[4], 4);
-    // The reference's forward, op for op (Model62 in models/fusedops/reference.py).
-    const at::Tensor y = at::linear(x, weight, bias);
+    // The reference's forward, op for op (Model62 in models/fusedops/reference.py). In the
+    // autocast form group_norm ran in float32 (an autocast float32 op) on the widened output.
+    const at::Tensor y =
+        autograd::reference_linear(x, weight, bias).to(gn_weight.scalar_type());
     const bool cudnn_enabled = at::globalContext().userEnabledCuDNN();  // as F.group_norm
     const at::Tensor normalized = at::group_norm(y, num_groups, gn_weight, gn_bias, eps,
                                                  cudnn_enabled);

@@ -40,7 +40,11 @@ void vector_of(const char* op, const char* name, const at::Tensor& t, const c10:
               "] (", what, "), got shape ", t.sym_sizes());
 }
 
-void linear(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+namespace {
+
+// x, weight, bias: everything linear() checks but the bias's dtype.
+void linear_shapes(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                   const at::Tensor& bias) {
   floating(op, "x", x);
   floating(op, "weight", weight);
   floating(op, "bias", bias);
@@ -51,9 +55,37 @@ void linear(const char* op, const at::Tensor& x, const at::Tensor& weight, const
               " (x has shape ", x.sym_sizes(), ")");
   vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
   same_dtype(op, "weight", weight, x);
-  same_dtype(op, "bias", bias, x);
   same_device(op, "weight", weight, x);
   same_device(op, "bias", bias, x);
+}
+
+bool is_autocast_form(const at::Tensor& x, const at::Tensor& bias) {
+  const bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  // Meta: the shapes of a CUDA call traced by torch.compile / torch.export.
+  const bool cuda = x.is_cuda() || x.is_meta();
+  return half && cuda && bias.scalar_type() == at::kFloat;
+}
+
+}  // namespace
+
+void linear(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  linear_shapes(op, x, weight, bias);
+  same_dtype(op, "bias", bias, x);
+}
+
+at::ScalarType params_dtype(const at::Tensor& x, const at::Tensor& bias) {
+  return is_autocast_form(x, bias) ? at::kFloat : x.scalar_type();
+}
+
+void params_dtype_is(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
+                     at::ScalarType dtype) {
+  if (dtype == x.scalar_type()) {
+    same_dtype(op, name, t, x);
+    return;
+  }
+  TORCH_CHECK(t.scalar_type() == dtype, op, ": ", name, " must be float32 in the autocast form "
+              "(x and weight ", x.scalar_type(), ", bias float32: what torch.autocast passes), got ",
+              t.scalar_type());
 }
 
 void matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
@@ -80,11 +112,13 @@ void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const a
                           const at::Tensor& running_var, const at::Tensor& num_batches_tracked,
                           bool training) {
   constexpr const char* op = "gemm_scale_batchnorm";
-  linear(op, x, weight, bias);
+  linear_shapes(op, x, weight, bias);
+  const at::ScalarType dtype = params_dtype(x, bias);
+  params_dtype_is(op, "bias", bias, x, dtype);
   const c10::SymInt& batch = x.sym_size(0);
   const c10::SymInt& out = weight.sym_size(0);
   floating(op, "scale", scale);
-  same_dtype(op, "scale", scale, x);
+  params_dtype_is(op, "scale", scale, x, dtype);
   same_device(op, "scale", scale, x);
   // scale multiplies the (batch, out_features) GEMM output and must broadcast to it without
   // changing its shape: (), (1,), (out,), (1, out), (batch, 1) or (batch, out).
@@ -107,7 +141,7 @@ void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const a
   for (const auto& [name, t] : per_feature) {
     floating(op, name, *t);
     vector_of(op, name, *t, out, "out_features");
-    same_dtype(op, name, *t, x);
+    params_dtype_is(op, name, *t, x, dtype);
     same_device(op, name, *t, x);
   }
   TORCH_CHECK(num_batches_tracked.defined() && num_batches_tracked.dim() == 0 &&
@@ -126,7 +160,9 @@ void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weigh
                                     const at::Tensor& bias, int64_t num_groups,
                                     const at::Tensor& gn_weight, const at::Tensor& gn_bias) {
   constexpr const char* op = "matmul_groupnorm_leakyrelu_sum";
-  linear(op, x, weight, bias);
+  linear_shapes(op, x, weight, bias);
+  const at::ScalarType dtype = params_dtype(x, bias);
+  params_dtype_is(op, "bias", bias, x, dtype);
   const c10::SymInt& hidden = weight.sym_size(0);
   TORCH_CHECK(num_groups > 0, op, ": num_groups must be greater than zero, got ", num_groups);
   TORCH_CHECK(hidden % num_groups == 0, op,
@@ -142,7 +178,7 @@ void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weigh
   for (const auto& [name, t] : per_channel) {
     floating(op, name, *t);
     vector_of(op, name, *t, hidden, "hidden_size");
-    same_dtype(op, name, *t, x);
+    params_dtype_is(op, name, *t, x, dtype);
     same_device(op, name, *t, x);
   }
 }

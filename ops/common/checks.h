@@ -27,6 +27,16 @@ void vector_of(const char* op, const char* name, const at::Tensor& t, const c10:
 // x (B, in), weight (out, in), bias (out,): floating, one dtype, one device.
 void linear(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// The autocast form of models 39 and 62, what their CUDA Autocast kernels pass
+// (ops/autocast/): x and weight float16/bfloat16 on CUDA, bias and every parameter after the
+// Linear float32, the result float32 (the reference's dtype under torch.autocast). Returns the
+// dtype those parameters (and the result) must have: float32 in the autocast form, else x's.
+at::ScalarType params_dtype(const at::Tensor& x, const at::Tensor& bias);
+// t's dtype is `dtype` (params_dtype's): "<op>: <name> must have the same dtype as x (...)",
+// or "<name> must be float32 (the autocast form: ...)".
+void params_dtype_is(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
+                     at::ScalarType dtype);
+
 // Per-operator contracts.
 void matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                    const at::Tensor& bias, int64_t pool_kernel_size);

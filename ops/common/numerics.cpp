@@ -1,7 +1,6 @@
 #include "common/numerics.h"
 
 #include <ATen/ATen.h>
-#include <ATen/OpMathType.h>
 #include <c10/util/Exception.h>
 
 #include <string>
@@ -17,7 +16,8 @@ Numerics parse_numerics(const char* op, c10::string_view numerics) {
 
 at::Tensor linear_as_the_reference_writes_it(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias) {
-  return at::linear(x, weight, bias).to(at::toOpMathType(x.scalar_type())).contiguous();
+  // In the autocast form (common/checks.h) autocast had cast the bias to x's dtype too.
+  return at::linear(x, weight, bias.to(x.scalar_type())).contiguous();
 }
 
 }  // namespace fusedops

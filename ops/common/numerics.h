@@ -33,13 +33,17 @@ Numerics parse_numerics(const char* op, c10::string_view numerics);
 inline bool rounds_intermediates(Numerics numerics, bool model_dtype_is_reduced) {
   return numerics == Numerics::kEager && model_dtype_is_reduced;
 }
+inline bool rounds_intermediates(Numerics numerics, at::ScalarType model_dtype) {
+  return rounds_intermediates(numerics,
+                              model_dtype == at::kHalf || model_dtype == at::kBFloat16);
+}
 
 // "eager": the Linear output x W^T + b exactly as the reference's nn.Linear writes it: ATen's
-// own GEMM in the model's dtype (at::linear, the call F.linear makes), widened to the
-// accumulation dtype for the epilogue. Only the same GEMM gives the same rounding of every
-// element: a GEMM of our own accumulates in another order, which flips the rounding of about
-// one element in 10^4, and a normalization after it (models 39, 62) amplifies such a flip past
-// the 1e-2 bar. The epilogue after it is ours.
+// own GEMM in the model's dtype (at::linear, the call F.linear makes), contiguous, in that
+// dtype (the epilogue after it is ours and reads it as it is). Only the same GEMM gives the
+// same rounding of every element: a GEMM of our own accumulates in another order, which flips
+// the rounding of about one element in 10^4, and a normalization after it (models 39, 62)
+// amplifies such a flip past the 1e-2 bar.
 at::Tensor linear_as_the_reference_writes_it(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias);
 

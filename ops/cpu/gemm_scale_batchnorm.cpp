@@ -151,7 +151,7 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
 
   // y is a fresh (batch, features) buffer: training overwrites it with z, and when the output
   // dtype is the accumulation dtype the output is written over it too.
-  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias)
+  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias).to(acc_dtype)
                        : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
   if (!y.is_contiguous()) y = y.contiguous();
   const at::Tensor scale_broadcast = scale.to(acc_dtype).expand({batch, features});

@@ -94,7 +94,8 @@ double dot_in_double(const scalar_t* x, const double* w, int64_t n) {
 // reference's own order of operations.
 at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias) {
-  const at::Tensor y = linear_as_the_reference_writes_it(x, weight, bias);
+  const at::Tensor y = linear_as_the_reference_writes_it(x, weight, bias)
+                           .to(at::toOpMathType(x.scalar_type()));
   const int64_t batch = y.size(0), out_features = y.size(1);
   at::Tensor out = at::empty({batch, 1}, x.options());
   AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_linear_sum", [&] {

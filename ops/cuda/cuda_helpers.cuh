@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace fusedops::cuda {
 
@@ -67,6 +68,40 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   T total = 0;
   for (int w = 0; w < warps; ++w) total += scratch[w];
   return total;
+}
+
+// V consecutive values of type S from p (aligned to their whole size), widened to T: one 16-
+// or 8-byte load when the V values make one (float x 4, half x 8 or x 4), else V loads.
+template <int V, typename T, typename S>
+__device__ __forceinline__ void load_vector(const S* p, T (&v)[V]) {
+  constexpr int kBytes = V * static_cast<int>(sizeof(S));
+  if constexpr (kBytes == 16 || kBytes == 8) {
+    using Raw = std::conditional_t<kBytes == 16, uint4, uint2>;
+    const Raw raw = *reinterpret_cast<const Raw*>(p);
+    const S* e = reinterpret_cast<const S*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = static_cast<T>(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = static_cast<T>(p[i]);
+  }
+}
+
+// The same for a store, each value rounded to S.
+template <int V, typename S, typename T>
+__device__ __forceinline__ void store_vector(S* p, const T (&v)[V]) {
+  constexpr int kBytes = V * static_cast<int>(sizeof(S));
+  if constexpr (kBytes == 16 || kBytes == 8) {
+    using Raw = std::conditional_t<kBytes == 16, uint4, uint2>;
+    Raw raw;
+    S* e = reinterpret_cast<S*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[i] = static_cast<S>(v[i]);
+    *reinterpret_cast<Raw*>(p) = raw;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = static_cast<S>(v[i]);
+  }
 }
 
 // Exact (erf) GELU, the form nn.functional.gelu uses by default.

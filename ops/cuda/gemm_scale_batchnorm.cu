@@ -26,14 +26,17 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                                running_var, num_batches_tracked, training);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), n = weight.size(0);
-  at::Tensor out = at::empty({batch, n}, x.options());
+  // x's dtype, or float32 in the autocast form (common/checks.h).
+  const at::ScalarType out_dtype = checks::params_dtype(x, bias);
+  at::Tensor out = at::empty({batch, n}, x.options().dtype(out_dtype));
   if (batch == 0) {
     if (training) cuda::count_empty_batch(num_batches_tracked);
     return out;
   }
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
   const cuda::PlannedLinear planned =
-      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, /*epilogue_fusable=*/false);
+      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, /*epilogue_fusable=*/false,
+                        out_dtype != x.scalar_type());
   const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
   cuda::BatchNormArgs args{linear.bias_added ? at::Tensor() : bc,
                            scale,
@@ -45,8 +48,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                            training,
                            momentum,
                            eps,
-                           rounds_intermediates(mode, linear.y.scalar_type() != x.scalar_type())};
-  cuda::scale_batchnorm_pass(linear.y, args, out);
+                           rounds_intermediates(mode, out_dtype)};
+  cuda::scale_batchnorm_pass(cuda::y_for_epilogue(linear, out_dtype), args, out);
   return out;
 }
 

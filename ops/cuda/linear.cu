@@ -2,6 +2,7 @@
 #include "cuda/linear.h"
 
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <limits>
@@ -30,7 +31,7 @@ plan::DType dtype_of(at::ScalarType t) {
 }  // namespace
 
 PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable) {
+                          Numerics numerics, bool epilogue_fusable, bool autocast_form) {
   PlannedLinear p;
   p.device_index = x.device().index();
   plan::GemmRequest& r = p.request;
@@ -44,6 +45,7 @@ PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& we
   r.x_aligned = is_16_byte_aligned(x.data_ptr());
   r.w_aligned = is_16_byte_aligned(weight.data_ptr());
   r.epilogue_fusable = epilogue_fusable;
+  r.autocast_form = autocast_form;
   r.device = device_facts(p.device_index);
   p.plan = plan::plan_gemm(r);
   plan::note_plan(r, p.plan, p.device_index);
@@ -77,10 +79,15 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
       gemm::tf32x3_linear(x, weight, weight_key, cache_folds, plan::settings().tf32x3_chunk, y);
       break;
     case Route::kFp16x3:
-      if (!gemm::linear_nt_3xfp16(x, weight, weight_key, cache_folds, y)) {
-        return run_fallback(planned, x, weight, bias, weight_key, cache_folds, kWeightRefused3xFp16);
+    case Route::kFp16x1: {
+      const auto products =
+          route == Route::kFp16x1 ? gemm::Products::kOne : gemm::Products::kThree;
+      if (!gemm::linear_nt_3xfp16(x, weight, weight_key, cache_folds, products, y)) {
+        return run_fallback(planned, x, weight, bias, weight_key, cache_folds,
+                            kWeightRefused3xFp16);
       }
       break;
+    }
     default:
       TORCH_INTERNAL_ASSERT(false, "fusedops: route ", plan::route_name(route),
                             " is not an unfused GEMM");
@@ -93,6 +100,12 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
 LinearOutput run_linear(const PlannedLinear& planned, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& bias, const at::Tensor& weight_key, bool cache_folds) {
   return run_route(planned.plan.route, planned, x, weight, bias, weight_key, cache_folds);
+}
+
+at::Tensor y_for_epilogue(const LinearOutput& linear, at::ScalarType out_dtype) {
+  const at::ScalarType acc = at::toOpMathType(out_dtype);
+  const at::ScalarType y = linear.y.scalar_type();
+  return y == out_dtype || y == acc ? linear.y : linear.y.to(acc);
 }
 
 LinearOutput run_fallback(const PlannedLinear& planned, const at::Tensor& x,

@@ -19,8 +19,9 @@ struct PlannedLinear {
   plan::Plan plan;
   int device_index = 0;
 };
+// autocast_form: the operator was called in its autocast form (common/checks.h).
 PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable);
+                          Numerics numerics, bool epilogue_fusable, bool autocast_form = false);
 
 // y of an unfused route. x and weight contiguous, one dtype, on the current device;
 // weight_key: the caller's weight tensor, which owns the engines' cached folds of it (weight
@@ -33,6 +34,11 @@ struct LinearOutput {
 LinearOutput run_linear(const PlannedLinear& planned, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& bias, const at::Tensor& weight_key, bool cache_folds);
 
+// y as an epilogue of output dtype `out_dtype` reads it: as it is (the accumulation dtype, or
+// the eager route's model dtype), or, for the eager route in the autocast form (a half y and
+// a float32 chain after it, as the reference's float32 ops widen it), widened.
+at::Tensor y_for_epilogue(const LinearOutput& linear, at::ScalarType out_dtype);
+
 // Runs `planned`'s fallback when its route's engine refused the data at run time, reporting
 // `refused` as the reason.
 LinearOutput run_fallback(const PlannedLinear& planned, const at::Tensor& x,
@@ -43,6 +49,6 @@ LinearOutput run_fallback(const PlannedLinear& planned, const at::Tensor& x,
 // call inside a CUDA-graph capture (the check reads a flag on the host).
 inline constexpr const char* kWeightRefused3xFp16 =
     "the 3xFP16 engine refused the weight (inf/nan, rows 2^26 below its largest, or a first "
-    "call inside a CUDA-graph capture): exact float32";
+    "call inside a CUDA-graph capture)";
 
 }  // namespace fusedops::cuda

@@ -35,17 +35,20 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   const at::Tensor& pooled_weight = folded[0];
   cuda::GeluScaleMaxArgs args{folded[1], xc, weight.contiguous(), bias.contiguous(),
                               pool_kernel_size, scale_factor,
-                              rounds_intermediates(mode, x.scalar_type() == at::kHalf ||
-                                                             x.scalar_type() == at::kBFloat16)};
+                              rounds_intermediates(mode, x.scalar_type())};
   // The epilogue reads the partials 4 columns at a time with the pooled bias beside them.
   const bool fusable = pooled_weight.size(0) % 4 == 0;
   const cuda::PlannedLinear planned = cuda::plan_linear(plan::Op::kAvgPoolGeluScaleMax, xc,
                                                         pooled_weight, mode, fusable);
-  const bool fused = planned.plan.route == plan::Route::kFp16x3Fused;
+  const bool fused = planned.plan.route == plan::Route::kFp16x3Fused ||
+                     planned.plan.route == plan::Route::kFp16x1Fused;
   if (fused) {
+    const auto products = planned.plan.route == plan::Route::kFp16x1Fused
+                              ? cuda::gemm::Products::kOne
+                              : cuda::gemm::Products::kThree;
     cuda::gemm::Partials3xFp16 partials;
     if (cuda::gemm::linear_nt_3xfp16_partials(xc, pooled_weight, pooled_weight, cache_folds,
-                                              partials)) {
+                                              products, partials)) {
       cuda::gelu_scale_max_partials(partials, pooled_weight, args, out);
       return out;
     }

@@ -17,7 +17,10 @@
 namespace fusedops {
 namespace {
 
-bool aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
+// The fused epilogue loads and stores channel pairs.
+bool pair_aligned(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % (2 * t.element_size()) == 0;
+}
 
 void run_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                int64_t group_size, const at::Tensor& gamma, const at::Tensor& beta, double eps,
@@ -25,9 +28,14 @@ void run_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& 
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   const cuda::gemm::Fp16GemmShape shape{static_cast<int>(m), static_cast<int>(n),
                                         static_cast<int>(k), 1, k, k, 0, 0};
-  const cuda::gemm::GroupNormEpilogueArgs epilogue{
-      bias.data_ptr(),          gamma.data_ptr(), beta.data_ptr(), static_cast<int>(group_size),
-      static_cast<float>(eps), static_cast<float>(negative_slope), out.data_ptr()};
+  const cuda::gemm::GroupNormEpilogueArgs epilogue{bias.data_ptr(),
+                                                   gamma.data_ptr(),
+                                                   beta.data_ptr(),
+                                                   static_cast<int>(group_size),
+                                                   static_cast<float>(eps),
+                                                   static_cast<float>(negative_slope),
+                                                   out.data_ptr(),
+                                                   out.scalar_type() == at::kFloat};
   const auto type = x.scalar_type() == at::kHalf ? cuda::gemm::HalfType::kFloat16
                                                  : cuda::gemm::HalfType::kBFloat16;
   cuda::gemm::half_groupnorm_gemm_sm90(type, shape, x.data_ptr(), weight.data_ptr(), epilogue,
@@ -44,25 +52,29 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), hidden = weight.size(0);
-  at::Tensor out = at::empty({batch, hidden}, x.options());
+  // x's dtype, or float32 in the autocast form (common/checks.h).
+  const at::ScalarType out_dtype = checks::params_dtype(x, bias);
+  at::Tensor out = at::empty({batch, hidden}, x.options().dtype(out_dtype));
   if (batch == 0 || hidden == 0) return out;
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
   const at::Tensor gamma = gn_weight.contiguous(), beta = gn_bias.contiguous();
   const int64_t group_size = hidden / num_groups;
-  // The fused epilogue reduces a group in registers (its layout rule) and loads channel pairs.
-  const bool fusable = cuda::gemm::half_groupnorm_group_ok(group_size) && aligned4(bc) &&
-                       aligned4(gamma) && aligned4(beta);
-  const cuda::PlannedLinear planned =
-      cuda::plan_linear(plan::Op::kGroupNormLeakyRelu, xc, wc, mode, fusable);
+  // The fused epilogue reduces a group in registers (its layout rule).
+  const bool fusable = cuda::gemm::half_groupnorm_group_ok(group_size) && pair_aligned(bc) &&
+                       pair_aligned(gamma) && pair_aligned(beta);
+  const cuda::PlannedLinear planned = cuda::plan_linear(
+      plan::Op::kGroupNormLeakyRelu, xc, wc, mode, fusable, out_dtype != x.scalar_type());
   if (planned.plan.route == plan::Route::kSm90HalfFused) {
     run_fused(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, out);
     return out;
   }
   const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
-  // Eager (float16/bfloat16): the reference's roundings of the GroupNorm and LeakyReLU outputs.
-  const bool eager = rounds_intermediates(mode, linear.y.scalar_type() != x.scalar_type());
-  cuda::groupnorm_leakyrelu_sum_pass(linear.y, linear.bias_added ? at::Tensor() : bc, num_groups,
-                                     gamma, beta, eps, negative_slope, eager, out);
+  // Eager (float16/bfloat16 results): the reference's roundings of the GroupNorm and LeakyReLU
+  // outputs.
+  cuda::groupnorm_leakyrelu_sum_pass(cuda::y_for_epilogue(linear, out_dtype),
+                                     linear.bias_added ? at::Tensor() : bc, num_groups, gamma,
+                                     beta, eps, negative_slope, rounds_intermediates(mode, out_dtype),
+                                     out);
   return out;
 }
 

@@ -20,6 +20,8 @@ const char* route_name(Route route) {
     case Route::kSkinny: return "skinny";
     case Route::kFp16x3: return "3xfp16";
     case Route::kFp16x3Fused: return "3xfp16-fused";
+    case Route::kFp16x1: return "1xfp16";
+    case Route::kFp16x1Fused: return "1xfp16-fused";
     case Route::kTf32x3: return "3xtf32";
     case Route::kSgemm: return "sgemm";
     case Route::kTf32: return "tf32";
@@ -84,6 +86,16 @@ const char* why_not_sm90_half(const GemmRequest& r) {
   return nullptr;
 }
 
+// The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times and launches five
+// kernels: it measured faster than SGEMM and 3xTF32 at batch 1024 for all three models
+// (model 98's N = 512 included, split over K; docs/PERFORMANCE.md). Few rows make the GEMM a
+// read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the others run.
+bool large_for_fp16_engine(const GemmRequest& r) {
+  const double flop = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) *
+                      static_cast<double>(r.k);
+  return r.m >= kMin3xFp16Rows && flop >= kMin3xFp16Flop;
+}
+
 // float32 at full precision (the exact-float32 contract).
 Plan plan_fp32_exact(const GemmRequest& r, const Settings& s) {
   const char* no_3xfp16 = why_not_3xfp16(r);
@@ -101,13 +113,7 @@ Plan plan_fp32_exact(const GemmRequest& r, const Settings& s) {
     case Fp32GemmSetting::kAuto:
       break;
   }
-  // The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times and launches five
-  // kernels: it measured faster than SGEMM and 3xTF32 at batch 1024 for all three models
-  // (model 98's N = 512 included, split over K; docs/PERFORMANCE.md). Few rows make the GEMM a
-  // read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the others run.
-  const double flop = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) *
-                      static_cast<double>(r.k);
-  if (r.m >= kMin3xFp16Rows && flop >= kMin3xFp16Flop && no_3xfp16 == nullptr) {
+  if (large_for_fp16_engine(r) && no_3xfp16 == nullptr) {
     return {Route::kFp16x3, Route::kSgemm, "float32-accurate on Hopper, large enough for 3xFP16"};
   }
   // 3xTF32 reads W twice and needs enough output tiles to fill the GPU: below these sizes
@@ -124,9 +130,19 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   Plan p;
   switch (r.precision) {
     case MatmulPrecision::kTf32:
-      // The user allowed TF32: the very GEMM PyTorch's own matmul runs (cuBLASLt with its
-      // heuristics), which measured a few percent faster than cublasGemmEx's choice.
-      p = {Route::kTf32, Route::kNone, "TF32 allowed (float32 matmul precision \"high\")"};
+      // TF32 allowed: on Hopper, where the 3xFP16 engine runs, its main term alone rounds each
+      // operand as TF32 does (11 significant bits, per-row scales keeping fp16's range) at
+      // twice TF32's rate; its guard and weight check send what fp16 cannot carry to exact
+      // paths, a refused weight to TF32 (tests/python/test_tf32.py: its error against float64
+      // is no larger than PyTorch's TF32's). Elsewhere, or small: the very GEMM PyTorch's own
+      // matmul runs (cuBLASLt with its heuristics), which measured a few percent faster than
+      // cublasGemmEx's choice.
+      if (large_for_fp16_engine(r) && why_not_3xfp16(r) == nullptr) {
+        p = {Route::kFp16x1, Route::kTf32,
+             "TF32 allowed (\"high\"): one fp16 product on Hopper, TF32's rounding"};
+      } else {
+        p = {Route::kTf32, Route::kNone, "TF32 allowed (float32 matmul precision \"high\")"};
+      }
       break;
     case MatmulPrecision::kBf16:
       return {Route::kBf16x, Route::kNone,
@@ -198,10 +214,10 @@ Plan plan_gemm(const GemmRequest& r) {
       break;
   }
   Plan p = plan_float32(r, s);
-  if (p.route == Route::kFp16x3 && r.op == Op::kAvgPoolGeluScaleMax && r.epilogue_fusable &&
-      r.k > 0) {
+  if (r.op == Op::kAvgPoolGeluScaleMax && r.epilogue_fusable && r.k > 0) {
     // Model 98's row epilogue sums the engine's K-slices itself: y is never written.
-    p.route = Route::kFp16x3Fused;
+    if (p.route == Route::kFp16x3) p.route = Route::kFp16x3Fused;
+    if (p.route == Route::kFp16x1) p.route = Route::kFp16x1Fused;
   }
   return p;
 }

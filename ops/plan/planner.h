@@ -52,6 +52,9 @@ struct GemmRequest {
   // The operator's epilogue can run inside its fused route at these sizes (model 62: the group
   // size and its parameters' alignment; model 98: the pooled width and its bias's alignment).
   bool epilogue_fusable = false;
+  // The operator's autocast form (common/checks.h): x and weight in dtype, everything after
+  // the Linear float32; the routes are dtype's, the epilogue float32.
+  bool autocast_form = false;
   DeviceFacts device;
   const Settings* settings = nullptr;  // null: the process's settings()
 };

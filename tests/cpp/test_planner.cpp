@@ -83,9 +83,13 @@ const std::vector<Row> kTable = {
     {"4 rows, unaligned: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, false, false, Route::kSgemm, none},
     {"4 rows, K not a multiple of 4: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8190, true, false, Route::kSgemm, none},
     // torch's float32 matmul precision.
-    {"TF32 allowed", k62, f32, acc, tf32, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kTf32, none},
+    {"TF32 allowed on H100: one fp16 product", k62, f32, acc, tf32, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kFp16x1, Route::kTf32},
+    {"TF32 allowed on A100: TF32", k62, f32, acc, tf32, &kAuto, kA100, 1024, 8192, 8192, true, true, Route::kTf32, none},
+    {"TF32 allowed, 64 rows: TF32", k39, f32, acc, tf32, &kAuto, kH100, 64, 8192, 8192, true, false, Route::kTf32, none},
+    {"TF32 allowed, N not a multiple of 4: TF32", k39, f32, acc, tf32, &kAuto, kH100, 1024, 8190, 8192, true, false, Route::kTf32, none},
+    {"TF32 allowed, 98 on H100: fused", k98, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kFp16x1Fused, Route::kTf32},
     {"TF32 allowed, 2 rows: skinny", k62, f32, acc, tf32, &kAuto, kH100, 2, 8192, 8192, true, true, Route::kSkinny, none},
-    {"TF32 allowed wins over FUSEDOPS_FP32_GEMM", k39, f32, acc, tf32, &k3xFp16, kH100, 1024, 8192, 8192, true, false, Route::kTf32, none},
+    {"TF32 allowed ignores FUSEDOPS_FP32_GEMM", k39, f32, acc, tf32, &k3xFp16, kH100, 1024, 8192, 8192, true, false, Route::kFp16x1, Route::kTf32},
     {"bf16 allowed", k39, f32, acc, bf16x, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kBf16x, none},
     {"bf16 allowed, 2 rows: still bf16", k39, f32, acc, bf16x, &kAuto, kH100, 2, 8192, 8192, true, false, Route::kBf16x, none},
     // FUSEDOPS_FP32_GEMM.
@@ -297,11 +301,17 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     EXPECT_NE(r, Route::kBf16x);
                   }
                   if (dtype == f32 && precision == tf32) {
-                    EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny);
+                    EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny ||
+                                r == Route::kFp16x1 || r == Route::kFp16x1Fused);
                   }
-                  if (r == Route::kFp16x3 || r == Route::kFp16x3Fused) {
+                  if (r == Route::kFp16x1 || r == Route::kFp16x1Fused) {
+                    EXPECT_EQ(precision, tf32);
+                  }
+                  const bool engine = r == Route::kFp16x3 || r == Route::kFp16x3Fused ||
+                                      r == Route::kFp16x1 || r == Route::kFp16x1Fused;
+                  if (engine) {
                     EXPECT_TRUE(device.major == 9 && device.sm90_kernels && size[1] % 4 == 0);
-                    EXPECT_EQ(p.fallback, Route::kSgemm);
+                    EXPECT_EQ(p.fallback, precision == tf32 ? Route::kTf32 : Route::kSgemm);
                   } else {
                     EXPECT_EQ(p.fallback, none);
                   }

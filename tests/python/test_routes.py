@@ -14,7 +14,8 @@ from fusedops_testing import make_input, make_pair
 CUDA = torch.cuda.is_available()
 HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
 ROUTES = {"folded-matvec", "aten-linear", "cublas-f64", "cublas-half", "sm90-half-fused",
-          "skinny", "3xfp16", "3xfp16-fused", "3xtf32", "sgemm", "tf32", "bf16x"}
+          "skinny", "3xfp16", "3xfp16-fused", "1xfp16", "1xfp16-fused", "3xtf32", "sgemm", "tf32",
+          "bf16x"}
 OPS = {"18": "matmul_sum_max_avgpool_logsumexp_logsumexp", "39": "gemm_scale_batchnorm",
        "62": "matmul_groupnorm_leakyrelu_sum", "98": "matmul_avgpool_gelu_scale_max"}
 SMALL = {"18": (64, 48), "39": (64, 48, (48,)), "62": (64, 48, 6), "98": (64, 48, 4, 2.0)}
@@ -116,3 +117,23 @@ def test_log_routes_prints_each_new_choice_once():
         "k=64 cuda:0: folded-matvec (sum of a Linear = x . colsum(W))",
         "fusedops route: matmul_sum_max_avgpool_logsumexp_logsumexp float32 accurate m=16 n=48 "
         "k=64 cuda:0: folded-matvec (sum of a Linear = x . colsum(W))"], done.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("key", ["39", "62"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_autocast_runs_the_half_precision_gemm(key, dtype):
+    """Inside torch.autocast a float32 model's Linear runs in the autocast dtype (the
+    operator's autocast form), not the float32 engine on rounded values."""
+    init = {"39": (256, 4096, (4096,)), "62": (256, 4096, 128)}[key]
+    _, new = make_pair(key, init, device="cuda")
+    x = make_input((1024, 256), device="cuda")
+    with torch.autocast("cuda", dtype=dtype):
+        lines = fusedops.explain(new, x)
+        out = new(x)
+    assert out.dtype == torch.float32
+    name = str(dtype).removeprefix("torch.")
+    assert len(lines) == 1 and f" {name} autocast accurate " in lines[0], lines
+    expected = "sm90-half-fused" if HOPPER and key == "62" else "cublas-half"
+    assert f": {expected} (" in lines[0], lines

@@ -1,8 +1,10 @@
 // Model 39's epilogue (batchnorm.h): moments -> finish -> normalize, each one kernel template
-// over how y is read (4 float32 columns a thread with 16-byte loads, or 1 column of any dtype)
-// and whether the statistics are y's (kOfY: one scale value per column, so those of z follow
-// from those of y: mean_z = (mean_y + b) s, var_z = s^2 var_y, and the passes read y alone),
-// and the register-resident kernel for the common training case.
+// over how y is read (its dtype ys_t, V columns a thread: one 16-byte load of 4 float32 or 8
+// float16/bfloat16 values, or 1 column), how z is formed from it (Z: the accurate routes'
+// (y + b) * s, or the eager route's rounded product), and whether the statistics are y's
+// (kOfY: one scale value per column, so those of z follow from those of y: mean_z = (mean_y +
+// b) s, var_z = s^2 var_y, and the passes read y alone); and the register-resident kernel for
+// the common training case.
 #include "cuda/epilogues/batchnorm.h"
 
 #include <ATen/ATen.h>
@@ -25,40 +27,32 @@ constexpr int kStatRowThreads = 8;
 constexpr int kMaxRowSlices = 64;
 constexpr int kThreads = 256;
 
-// z[i, j] = (y[i, j] + b[j]) * scale[i * s0 + j * s1]: the scale broadcasts through strides.
+// The scale broadcasts through strides: scale[i * row_stride + j * col_stride].
 struct ScaleView {
   int64_t row_stride;
   int64_t col_stride;
 };
 
-template <typename scalar_t, typename y_t>
-__device__ __forceinline__ y_t scaled(y_t y, const scalar_t* bias, const scalar_t* scale,
-                                      ScaleView sv, int64_t i, int64_t j) {
-  return (y + static_cast<y_t>(bias[j])) *
-         static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]);
-}
-
-// V consecutive values of row i from column j0 (V = 4: float32, a 16-byte load).
-template <int V, typename y_t>
-__device__ __forceinline__ void load_row(const y_t* y, int64_t i, int64_t n, int64_t j0,
-                                         y_t (&v)[V]) {
-  if constexpr (V == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(y + i * n + j0);
-    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-  } else {
-    v[0] = y[i * n + j0];
+// z from y: the accurate routes' z = (y + b) * s in y_t (the accumulation dtype).
+struct LinearTimesScale {
+  template <typename y_t, typename scalar_t>
+  __device__ __forceinline__ static y_t z(y_t y, const scalar_t* bias, const scalar_t* scale,
+                                          ScaleView sv, int64_t i, int64_t j) {
+    return (y + static_cast<y_t>(bias[j])) *
+           static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]);
   }
-}
+};
 
-template <int V, typename scalar_t, typename y_t>
-__device__ __forceinline__ void store_row(scalar_t* p, const y_t (&v)[V]) {
-  if constexpr (V == 4 && std::is_same_v<scalar_t, float>) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; ++e) p[e] = static_cast<scalar_t>(v[e]);
+// The eager route's: y is the Linear output as the reference writes it (bias included, in the
+// model's dtype), and the product is rounded where the reference's `* scale` writes it.
+struct EagerTimesScale {
+  template <typename y_t, typename scalar_t>
+  __device__ __forceinline__ static y_t z(y_t y, const scalar_t*, const scalar_t* scale,
+                                          ScaleView sv, int64_t i, int64_t j) {
+    return RoundedTo<scalar_t>::store(
+        y * static_cast<y_t>(scale[i * sv.row_stride + j * sv.col_stride]));
   }
-}
+};
 
 // BatchNorm's training-step counter, bumped in this one function by the one kernel that runs
 // after every reader of it (counter null: not this kernel).
@@ -87,26 +81,12 @@ __device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
                                          factor * unbiased);
 }
 
-// "eager" numerics on a float16/bfloat16 model: y, the Linear output as the reference writes it
-// (bias included), is overwritten with z = stored(y * scale), rounded where the reference's
-// `* scale` writes it. The passes below then run on z with a zero bias and a unit scale.
-template <typename scalar_t>
-__global__ void eager_scale_kernel(float* __restrict__ y, const scalar_t* __restrict__ scale,
-                                   ScaleView sv, int64_t batch, int64_t n) {
-  const int64_t total = batch * n;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = idx / n, j = idx - (idx / n) * n;
-    y[idx] = RoundedTo<scalar_t>::store(
-        y[idx] * static_cast<float>(scale[i * sv.row_stride + j * sv.col_stride]));
-  }
-}
-
 // Moments: per (slice, column) the sum and sum of squares of (z - shift_j) in double, shift_j
 // = z[0, j] (or y[0, j] for kOfY). Shifting by a sample of the column keeps E[d^2] - E[d]^2
 // free of cancellation when the mean is large against the spread.
-template <typename scalar_t, typename y_t, int V, bool kOfY>
-__global__ void column_moments_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
+          typename y_t = acc_t<scalar_t>>
+__global__ void column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                                       const scalar_t* __restrict__ scale, ScaleView sv,
                                       double* __restrict__ partial_sum,
                                       double* __restrict__ partial_sq, int64_t batch, int64_t n) {
@@ -117,22 +97,22 @@ __global__ void column_moments_kernel(const y_t* __restrict__ y, const scalar_t*
   const int64_t begin = blockIdx.y * rows_per_slice;
   const int64_t end = begin + rows_per_slice < batch ? begin + rows_per_slice : batch;
   double sum[V] = {}, sq[V] = {};
-  if (j0 < n) {  // V = 4: n is a multiple of 4, a thread's columns are all in or all out
+  if (j0 < n) {  // n is a multiple of V: a thread's columns are all in or all out
     double shift[V];
     y_t first[V];
-    load_row<V>(y, 0, n, j0, first);
+    load_vector<V>(y + j0, first);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       shift[e] = kOfY ? static_cast<double>(first[e])
-                      : static_cast<double>(scaled(first[e], bias, scale, sv, 0, j0 + e));
+                      : static_cast<double>(Z::z(first[e], bias, scale, sv, 0, j0 + e));
     }
 #pragma unroll 4
     for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
       y_t v[V];
-      load_row<V>(y, i, n, j0, v);
+      load_vector<V>(y + i * n + j0, v);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const y_t z = kOfY ? v[e] : scaled(v[e], bias, scale, sv, i, j0 + e);
+        const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scale, sv, i, j0 + e);
         const double d = static_cast<double>(z) - shift[e];
         sum[e] += d;
         sq[e] += d * d;
@@ -162,8 +142,8 @@ __global__ void column_moments_kernel(const y_t* __restrict__ y, const scalar_t*
 // beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)).
 // Training: from the batch's mean and biased variance of z (summed over the slices), and the
 // running-statistics update. Eval: from the running statistics.
-template <typename scalar_t, typename y_t>
-__global__ void finish_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+template <typename scalar_t, typename ys_t, typename Z, typename y_t = acc_t<scalar_t>>
+__global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                               const scalar_t* __restrict__ scale, ScaleView sv,
                               const double* __restrict__ partial_sum,
                               const double* __restrict__ partial_sq, int slices,
@@ -186,8 +166,9 @@ __global__ void finish_kernel(const y_t* __restrict__ y, const scalar_t* __restr
     sum += partial_sum[s * n + j];
     sq += partial_sq[s * n + j];
   }
-  const double shift = stats_of_y ? static_cast<double>(y[j])
-                                  : static_cast<double>(scaled(y[j], bias, scale, sv, 0, j));
+  const y_t first = static_cast<y_t>(y[j]);
+  const double shift = stats_of_y ? static_cast<double>(first)
+                                  : static_cast<double>(Z::z(first, bias, scale, sv, 0, j));
   const double count = static_cast<double>(batch);
   const double mean_shifted = sum / count;
   const double var_of_sums = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
@@ -204,8 +185,9 @@ __global__ void finish_kernel(const y_t* __restrict__ y, const scalar_t* __restr
 
 // Normalize: out = (z - center_j) * mul_j + beta_j; blockIdx.x tiles the columns (V a
 // thread), blockIdx.y strides over rows: no per-element division.
-template <typename scalar_t, typename y_t, int V, bool kOfY>
-__global__ void normalize_kernel(const y_t* __restrict__ y, const scalar_t* __restrict__ bias,
+template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
+          typename y_t = acc_t<scalar_t>>
+__global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                                  const scalar_t* __restrict__ scale, ScaleView sv,
                                  const y_t* __restrict__ center, const y_t* __restrict__ mul,
                                  const scalar_t* __restrict__ beta, scalar_t* __restrict__ out,
@@ -222,13 +204,13 @@ __global__ void normalize_kernel(const y_t* __restrict__ y, const scalar_t* __re
   }
   for (int64_t i = blockIdx.y; i < batch; i += gridDim.y) {
     y_t v[V], o[V];
-    load_row<V>(y, i, n, j0, v);
+    load_vector<V>(y + i * n + j0, v);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const y_t z = kOfY ? v[e] : scaled(v[e], bias, scale, sv, i, j0 + e);
+      const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scale, sv, i, j0 + e);
       o[e] = (z - c[e]) * m[e] + be[e];
     }
-    store_row<V>(out + i * n + j0, o);
+    store_vector<V>(out + i * n + j0, o);
   }
 }
 
@@ -359,7 +341,7 @@ batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restric
     if (i < batch) {
       const float o[4] = {(v[r].x - c[0]) * m[0] + b[0], (v[r].y - c[1]) * m[1] + b[1],
                           (v[r].z - c[2]) * m[2] + b[2], (v[r].w - c[3]) * m[3] + b[3]};
-      store_row<4>(out + i * n + j0, o);
+      store_vector<4>(out + i * n + j0, o);
     }
   }
 }
@@ -400,28 +382,30 @@ struct Passes {
     }
   }
 
-  template <int V, bool kOfY>
+  // y read as ys_t (float32/float64 y of the accurate routes, the model's dtype for eager).
+  template <typename ys_t, int V, bool kOfY, typename Z>
   void streaming() {
-    const y_t* yp = y.template data_ptr<y_t>();
-    at::Tensor center = at::empty({n()}, y.options());
-    at::Tensor mul = at::empty({n()}, y.options());
+    const ys_t* yp = y.template data_ptr<ys_t>();
+    const auto options = out.options().dtype(c10::CppTypeToScalarType<y_t>::value);
+    at::Tensor center = at::empty({n()}, options);
+    at::Tensor mul = at::empty({n()}, options);
     if (args.training) {
       const int slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
-      at::Tensor partial = at::empty({2, slices, n()}, y.options().dtype(at::kDouble));
+      at::Tensor partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
       double* partial_sum = partial.data_ptr<double>();
       double* partial_sq = partial_sum + slices * n();
       const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kStatThreadsX)), slices);
-      column_moments_kernel<scalar_t, y_t, V, kOfY><<<grid, dim3(kStatThreadsX, kStatRowThreads), 0,
-                                                      stream>>>(yp, bias, scale, sv, partial_sum,
-                                                                partial_sq, batch(), n());
+      column_moments_kernel<scalar_t, ys_t, V, kOfY, Z>
+          <<<grid, dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
+              yp, bias, scale, sv, partial_sum, partial_sq, batch(), n());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      finish_kernel<scalar_t, y_t><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
+      finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
           yp, bias, scale, sv, partial_sum, partial_sq, slices,
           args.gamma.template data_ptr<scalar_t>(), running_mean, running_var,
           cumulative() ? nbt() : nullptr, args.momentum.value_or(0.0), args.eps, true, kOfY,
           center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch(), n());
     } else {
-      finish_kernel<scalar_t, y_t><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
+      finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
           yp, bias, scale, sv, nullptr, nullptr, 0, args.gamma.template data_ptr<scalar_t>(),
           running_mean, running_var, nullptr, 0.0, args.eps, false, false,
           center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch(), n());
@@ -429,13 +413,50 @@ struct Passes {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kThreads)),
                     static_cast<unsigned>(std::min<int64_t>(batch(), 1024)));
-    normalize_kernel<scalar_t, y_t, V, kOfY><<<grid, kThreads, 0, stream>>>(
+    normalize_kernel<scalar_t, ys_t, V, kOfY, Z><<<grid, kThreads, 0, stream>>>(
         yp, bias, scale, sv, center.data_ptr<y_t>(), mul.data_ptr<y_t>(),
         args.beta.template data_ptr<scalar_t>(), out.template data_ptr<scalar_t>(), batch(), n(),
         args.training ? nbt() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 };
+
+// Which passes run (a template, so that each dtype instantiates only its own kernels).
+template <typename scalar_t>
+void run_passes(Passes<scalar_t>& passes, bool eager) {
+  using y_t = acc_t<scalar_t>;
+  const int64_t batch = passes.batch(), n = passes.n();
+  if constexpr (!std::is_same_v<scalar_t, y_t>) {
+    if (eager) {
+      if (n % 8 == 0) {
+        passes.template streaming<scalar_t, 8, false, EagerTimesScale>();
+      } else {
+        passes.template streaming<scalar_t, 1, false, EagerTimesScale>();
+      }
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<y_t, float>) {
+    if (n % 4 == 0) {
+      // One scale value per column ((), (1,), (out,), (1, out)): training statistics of y
+      // alone, and with few enough rows the resident kernel.
+      const bool of_y = passes.args.training && passes.sv.row_stride == 0;
+      if (of_y && batch <= kResidentRowGroups * 4) {
+        passes.template resident<4>();
+      } else if (of_y && batch <= kResidentRowGroups * 8) {
+        passes.template resident<8>();
+      } else if (of_y && batch <= kResidentRowGroups * 16) {
+        passes.template resident<16>();
+      } else if (of_y) {
+        passes.template streaming<float, 4, true, LinearTimesScale>();
+      } else {
+        passes.template streaming<float, 4, false, LinearTimesScale>();
+      }
+      return;
+    }
+  }
+  passes.template streaming<y_t, 1, false, LinearTimesScale>();
+}
 
 }  // namespace
 
@@ -448,20 +469,13 @@ void count_empty_batch(const at::Tensor& num_batches_tracked) {
 void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out) {
   const int64_t batch = y.size(0), n = y.size(1);
   const auto stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor bias = args.bias;
-  at::Tensor scale = args.scale.expand({batch, n});
-  if (args.eager) {
-    // z as the reference writes it, then the passes with a zero bias and a unit scale.
-    AT_DISPATCH_REDUCED_FLOATING_TYPES(out.scalar_type(), "eager_scale", [&] {
-      const int64_t blocks = std::min<int64_t>(ceil_div(batch * n, kThreads), 65535LL * 8);
-      eager_scale_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
-          y.data_ptr<float>(), scale.data_ptr<scalar_t>(), ScaleView{scale.stride(0), scale.stride(1)},
-          batch, n);
-    });
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    scale = at::ones({1}, args.scale.options()).expand({batch, n});
-  }
-  if (!bias.defined()) bias = at::zeros({n}, out.options());
+  // Eager: y is the model's dtype and holds the bias (batchnorm.h); its z is the reference's.
+  const bool eager = args.eager;
+  TORCH_INTERNAL_ASSERT(!eager || (y.scalar_type() == out.scalar_type() && !args.bias.defined()),
+                        "fusedops: the eager BatchNorm pass takes the eager route's y");
+  // y holds the bias (the eager route) with a float32 chain after it (the autocast form).
+  const at::Tensor bias = eager || args.bias.defined() ? args.bias : at::zeros({n}, out.options());
+  const at::Tensor scale = args.scale.expand({batch, n});
   // The kernels update the running statistics in place through flat pointers; strided buffers
   // (a view into a larger tensor) are updated through a contiguous copy, written back below.
   at::Tensor rm = args.running_mean.is_contiguous() ? args.running_mean
@@ -471,28 +485,10 @@ void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Te
   const ScaleView sv{scale.stride(0), scale.stride(1)};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(),
                                   "gemm_scale_batchnorm", [&] {
-    Passes<scalar_t> passes{y, bias.data_ptr<scalar_t>(), scale.data_ptr<scalar_t>(), sv, args,
-                            rm.data_ptr<scalar_t>(), rv.data_ptr<scalar_t>(), out, stream};
-    if constexpr (std::is_same_v<acc_t<scalar_t>, float>) {
-      if (n % 4 == 0) {
-        // One scale value per column ((), (1,), (out,), (1, out)): training statistics of y
-        // alone, and with few enough rows the resident kernel.
-        const bool of_y = args.training && sv.row_stride == 0;
-        if (of_y && batch <= kResidentRowGroups * 4) {
-          passes.template resident<4>();
-        } else if (of_y && batch <= kResidentRowGroups * 8) {
-          passes.template resident<8>();
-        } else if (of_y && batch <= kResidentRowGroups * 16) {
-          passes.template resident<16>();
-        } else if (of_y) {
-          passes.template streaming<4, true>();
-        } else {
-          passes.template streaming<4, false>();
-        }
-        return;
-      }
-    }
-    passes.template streaming<1, false>();
+    Passes<scalar_t> passes{y, bias.defined() ? bias.data_ptr<scalar_t>() : nullptr,
+                            scale.data_ptr<scalar_t>(), sv, args, rm.data_ptr<scalar_t>(),
+                            rv.data_ptr<scalar_t>(), out, stream};
+    run_passes(passes, eager);
   });
   if (args.training && !args.running_mean.is_same(rm)) args.running_mean.copy_(rm);
   if (args.training && !args.running_var.is_same(rv)) args.running_var.copy_(rv);

@@ -20,7 +20,7 @@ struct BatchNormArgs {
   bool training = true;
   std::optional<double> momentum;  // nullopt: the cumulative average (1 / num_batches_tracked)
   double eps = 1e-5;
-  bool eager = false;  // the reference's rounding of z (common/numerics.h)
+  bool eager = false;  // the reference's rounding of z (common/numerics.h): y in out's dtype
 };
 
 // y (batch, n) in the accumulation dtype (float32, or float64), batch >= 1; out (batch, n).

@@ -46,7 +46,9 @@ template <typename T>
 __device__ __forceinline__ Welford<T> welford_add(const Welford<T>& a, T x) {
   const T new_nf = a.nf + static_cast<T>(1);
   const T delta = x - a.mean;
-  const T new_mean = a.mean + delta / new_nf;
+  // A lane's first value (the only one for groups of up to 32 channels): delta / 1 is delta
+  // exactly, so the division, the costliest step, is skipped with the same bits.
+  const T new_mean = a.mean + (a.nf == static_cast<T>(0) ? delta : delta / new_nf);
   const T new_delta = x - new_mean;
   return {new_mean, a.m2 + delta * new_delta, new_nf};
 }
@@ -68,6 +70,15 @@ int lanes_per_segment(int64_t group_size) {
   return lanes;
 }
 
+// segment mod groups: 32-bit where the sizes allow (a 64-bit remainder is a long instruction
+// sequence, once per segment and lane).
+__device__ __forceinline__ int64_t group_of(int64_t segment, int64_t groups) {
+  if (segment <= UINT32_MAX && groups <= UINT32_MAX) {
+    return static_cast<uint32_t>(segment) % static_cast<uint32_t>(groups);
+  }
+  return segment % groups;
+}
+
 template <typename T>
 __device__ __forceinline__ T param(const T* p, int64_t i) {
   return p != nullptr ? p[i] : T(0);
@@ -77,8 +88,10 @@ __device__ __forceinline__ T param(const T* p, int64_t i) {
 // segment reads channels sub, sub + lanes, ... Segment s = (row, group) covers
 // y[s * group_size, (s + 1) * group_size) because hidden = groups * group_size; its first
 // channel is (s mod groups) * group_size.
-template <typename scalar_t, typename y_t, typename Store>
-__global__ void groupnorm_segments_kernel(const y_t* __restrict__ y,
+// y is read in its own dtype ys_t (the accumulation dtype, or the model's under eager: the
+// Linear output as the reference stores it) and computed on in y_t, the accumulation dtype.
+template <typename scalar_t, typename ys_t, typename Store, typename y_t = acc_t<scalar_t>>
+__global__ void groupnorm_segments_kernel(const ys_t* __restrict__ y,
                                           const scalar_t* __restrict__ bias,
                                           const scalar_t* __restrict__ gamma,
                                           const scalar_t* __restrict__ beta,
@@ -97,11 +110,11 @@ __global__ void groupnorm_segments_kernel(const y_t* __restrict__ y,
     const int64_t segment = first + lane / lanes;
     const bool valid = segment < segments;
     const int64_t base = valid ? segment * group_size : 0;
-    const int64_t channel0 = valid ? (segment % groups) * group_size : 0;
+    const int64_t channel0 = valid ? group_of(segment, groups) * group_size : 0;
     const int64_t len = valid ? group_size : 0;
 
     auto linear = [&](int64_t c) {
-      return y[base + c] + static_cast<y_t>(param(bias, channel0 + c));
+      return static_cast<y_t>(y[base + c]) + static_cast<y_t>(param(bias, channel0 + c));
     };
     y_t mean, rstd;
     if constexpr (kEager) {
@@ -164,7 +177,7 @@ __global__ void groupnorm_quads_kernel(const float* __restrict__ y,
     const int64_t segment = first + lane / lanes;
     const bool active = segment < segments && quad_in_group;
     const int64_t offset = segment * group_size + 4 * quad;
-    const int64_t channel = active ? (segment % groups) * group_size + 4 * quad : 0;
+    const int64_t channel = active ? group_of(segment, groups) * group_size + 4 * quad : 0;
     float v[4] = {0.f, 0.f, 0.f, 0.f};
     if (active) {
       const float4 t = *reinterpret_cast<const float4*>(y + offset);
@@ -223,12 +236,18 @@ void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, i
         return;
       }
     }
-    auto launch = [&](auto store) {
-      groupnorm_segments_kernel<scalar_t, y_t, decltype(store)><<<blocks, threads, 0, stream>>>(
-          y.data_ptr<y_t>(), b, gamma.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
-          out.data_ptr<scalar_t>(), segments, num_groups, group_size, lanes, chain);
+    auto launch = [&](auto store, const auto* ys) {
+      groupnorm_segments_kernel<scalar_t, std::remove_cv_t<std::remove_pointer_t<decltype(ys)>>,
+                                decltype(store)><<<blocks, threads, 0, stream>>>(
+          ys, b, gamma.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+          segments, num_groups, group_size, lanes, chain);
     };
-    with_store<scalar_t>(eager, launch);
+    if (y.scalar_type() == out.scalar_type() && !std::is_same_v<scalar_t, y_t>) {
+      // The eager route's y, in the model's dtype: read as it is, no widened copy.
+      with_store<scalar_t>(eager, [&](auto store) { launch(store, y.data_ptr<scalar_t>()); });
+    } else {
+      with_store<scalar_t>(eager, [&](auto store) { launch(store, y.data_ptr<y_t>()); });
+    }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -7,8 +7,9 @@
 
 namespace fusedops::cuda {
 
-// y (batch, hidden) in the accumulation dtype; bias, gamma, beta (hidden,) contiguous in out's
-// dtype, bias undefined when y holds it already (the eager route); out (batch, hidden).
+// y (batch, hidden) in the accumulation dtype, or in out's dtype (the eager route's Linear
+// output as the reference stores it); bias, gamma, beta (hidden,) contiguous in out's dtype,
+// bias undefined when y holds it already (the eager route); out (batch, hidden).
 // eager: the reference's roundings (common/numerics.h) and its statistics (the file comment).
 void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, int64_t num_groups,
                                   const at::Tensor& gamma, const at::Tensor& beta, double eps,

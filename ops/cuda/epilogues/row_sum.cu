@@ -72,16 +72,28 @@ __global__ void sum_matvec_kernel(const scalar_t* __restrict__ x,
   if (threadIdx.x == 0) out[row] = static_cast<scalar_t>(total);
 }
 
-// "eager" numerics on a float16/bfloat16 model: out[i] = sum_j y[i, j], y the Linear output as
-// the reference writes it (each element rounded to scalar_t, common/numerics.h); the float32
-// sum is rounded once, as torch.sum writes it. One block per row.
+// The eager route: out[i] = sum_j y[i, j], y the Linear output in the model's dtype as the
+// reference writes it, read as it is (8 values per 16-byte load where the row allows); the
+// float32 sum is rounded once, as torch.sum writes it. One block per row.
 template <typename scalar_t>
-__global__ void eager_row_sum_kernel(const float* __restrict__ y, scalar_t* __restrict__ out,
+__global__ void eager_row_sum_kernel(const scalar_t* __restrict__ y, scalar_t* __restrict__ out,
                                      int64_t n) {
   __shared__ float scratch[kRowThreads / kWarpSize];
-  const float* yr = y + blockIdx.x * n;
+  const scalar_t* yr = y + blockIdx.x * n;
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += yr[j];
+  int64_t tail = 0;
+  if (n % 8 == 0 && is_16_byte_aligned(yr)) {
+    const uint4* y8 = reinterpret_cast<const uint4*>(yr);
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < n / 8; c += blockDim.x) {
+      const uint4 raw = y8[c];
+      const scalar_t* v = reinterpret_cast<const scalar_t*>(&raw);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum += static_cast<float>(v[e]);
+    }
+    tail = n;
+  }
+  for (int64_t j = tail + threadIdx.x; j < n; j += blockDim.x) sum += static_cast<float>(yr[j]);
   sum = block_sum(sum, scratch);
   if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>(sum);
 }
@@ -104,7 +116,7 @@ void eager_row_sums(const at::Tensor& y, at::Tensor& out) {
   const int64_t batch = y.size(0), n = y.size(1);
   AT_DISPATCH_REDUCED_FLOATING_TYPES(out.scalar_type(), "eager_row_sum", [&] {
     eager_row_sum_kernel<scalar_t><<<batch, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        y.data_ptr<float>(), out.data_ptr<scalar_t>(), n);
+        y.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), n);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -13,9 +13,9 @@ namespace fusedops::cuda {
 void folded_row_sums(const at::Tensor& x, const FoldTensors& folded, const at::Tensor& weight,
                      const at::Tensor& bias, at::Tensor& out);
 
-// The eager route: out[i] = sum_j y[i, j], y (batch, out) float32 the Linear output as the
-// reference writes it (bias included, each element rounded to out's float16/bfloat16); the
-// float32 sum is rounded once, as torch.sum writes it.
+// The eager route: out[i] = sum_j y[i, j], y (batch, out) the Linear output as the reference
+// writes it (bias included, in out's float16/bfloat16); the float32 sum is rounded once, as
+// torch.sum writes it.
 void eager_row_sums(const at::Tensor& y, at::Tensor& out);
 
 }  // namespace fusedops::cuda

@@ -41,10 +41,12 @@ struct Partials3xFp16View {
 
   __device__ __forceinline__ bool guarded(int64_t row) const { return alpha[row] == 0.0f; }
 
-  // y[row, col .. col + 3], 16-byte loads (N a multiple of 4, as the engine requires).
+  // y[row, col .. col + 3], 16-byte loads (N a multiple of 4, as the engine requires). No cross
+  // slices: the one-product form, alpha_r * main.
   __device__ __forceinline__ float4 at4(int64_t row, int64_t col) const {
     const int64_t i = row * n + col;
-    float4 c = load(i), m = load(cross_slices * count + i);
+    float4 c = cross_slices > 0 ? load(i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 m = load(cross_slices * count + i);
     for (int s = 1; s < cross_slices; ++s) add(c, load(s * count + i));
     for (int s = 1; s < main_slices; ++s) add(m, load((cross_slices + s) * count + i));
     const float a = alpha[row], b = beta[row];

@@ -30,7 +30,9 @@
 
 namespace fusedops::cuda::gemm::sm90 {
 
-template <class Element>  // cutlass::half_t or cutlass::bfloat16_t: the model's dtype
+// Element: the output's and the per-channel parameters' type: the model's dtype
+// (cutlass::half_t, cutlass::bfloat16_t), or float for the operator's autocast form.
+template <class Element>
 class GroupNormLeakyReluSumEpilogue {
  public:
   using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
@@ -185,7 +187,7 @@ class GroupNormLeakyReluSumEpilogue {
  private:
   // Two adjacent channels' parameters (col is even: CLayout's column pairs); zero past N.
   CUTLASS_DEVICE static void load_pair(const Element* p, int col, int n, float (&v)[2]) {
-    if (col + 1 < n) {  // n is a multiple of 16, col even: 4-byte aligned (checked by the caller)
+    if (col + 1 < n) {  // n is a multiple of 16, col even: aligned to a pair (checked by the caller)
       using Pair = cutlass::Array<Element, 2>;
       const Pair pair = *reinterpret_cast<const Pair*>(p + col);
       v[0] = static_cast<float>(pair[0]);

@@ -326,8 +326,8 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   return true;
 }
 
-// The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each), and the
-// view through which y is read from them.
+// The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each; no cross
+// slices in the one-product form), and the view through which y is read from them.
 void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cross_slices,
                   int main_slices, Partials3xFp16& out) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -343,9 +343,12 @@ void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cro
   out.view = Partials3xFp16View{pc, cross_slices, main_slices, n, m * n,
                                 reinterpret_cast<const float*>(g + layout.alpha()),
                                 reinterpret_cast<const float*>(g + layout.beta())};
-  const int64_t cross_k = 2 * kp / cross_slices, main_k = kp / main_slices;
-  cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
-                   m * n}, xp, wp, pc, stream);
+  if (cross_slices > 0) {
+    const int64_t cross_k = 2 * kp / cross_slices;
+    cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
+                     m * n}, xp, wp, pc, stream);
+  }
+  const int64_t main_k = kp / main_slices;
   promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), main_slices, 2 * kp, 2 * kp,
                               main_k, m * n}, xp, wp + kp, pc + cross_slices * m * n, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -364,21 +367,23 @@ void with_sizes(int64_t m, int64_t n, int64_t k, F&& f) {
 }  // namespace
 
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
-                               const at::Tensor& weight_key, bool cache_folds,
+                               const at::Tensor& weight_key, bool cache_folds, Products products,
                                Partials3xFp16& out) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, ops)) return false;
   const int64_t kp = padded_k(k);
+  const int cross_slices =
+      products == Products::kOne ? 0 : choose_slices(m, n, 2 * kp, kCrossTileN);
   with_sizes(m, n, k, [&] {
-    run_partials(ops, m, n, kp, choose_slices(m, n, 2 * kp, kCrossTileN),
-                 choose_slices(m, n, kp, kPromotedTileN), out);
+    run_partials(ops, m, n, kp, cross_slices, choose_slices(m, n, kp, kPromotedTileN), out);
   });
   return true;
 }
 
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
-                      const at::Tensor& weight_key, bool cache_folds, at::Tensor& y) {
+                      const at::Tensor& weight_key, bool cache_folds, Products products,
+                      at::Tensor& y) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1), kp = padded_k(k);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, ops)) return false;
@@ -386,10 +391,16 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
   const GuardLayout layout{m};
   const int* g = ops.guard.data_ptr<int>();
   float* out = y.data_ptr<float>();
-  const int cross_slices = choose_slices(m, n, 2 * kp, kCrossTileN);
+  const bool one = products == Products::kOne;
+  const int cross_slices = one ? 0 : choose_slices(m, n, 2 * kp, kCrossTileN);
   const int main_slices = choose_slices(m, n, kp, kPromotedTileN);
   with_sizes(m, n, k, [&] {
-    if (cross_slices == 1 && main_slices == 1) {
+    if (one && main_slices == 1) {
+      promoted_scaled_gemm_sm90(
+          {static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0},
+          ops.x_pair.data_ptr<at::Half>(), ops.w_pair.data_ptr<at::Half>() + kp, out,
+          reinterpret_cast<const float*>(g + layout.alpha()), stream);
+    } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
       // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
       // writing).

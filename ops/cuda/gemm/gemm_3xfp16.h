@@ -27,6 +27,11 @@
 //   epilogues           y itself (per-row alpha/beta in the promoted GEMM's epilogue, or the
 //                       split-K combination), or the raw K-slice partials for an operator that
 //                       fuses its own epilogue (linear_nt_3xfp16_partials).
+//
+// The one-product form (Products::kOne) runs the main term alone, alpha_r x_hi W_hi^T, with the
+// same scales, guard, promotion and weight fold: each operand rounded once to fp16's 11
+// significant bits, as TF32 rounds it to its 11, at twice TF32's rate: the GEMM for torch's
+// float32 matmul precision "high" (plan/planner.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,8 +47,10 @@ namespace fusedops::cuda::gemm {
 // device; weight_key owns the cached fold. During a CUDA-graph capture a weight whose fold is
 // not made yet is refused too (its range check reads a flag on the host). Returns false (y untouched) when the weight fails
 // the range check: the caller then runs its exact path.
+enum class Products { kThree, kOne };
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
-                      const at::Tensor& weight_key, bool cache_folds, at::Tensor& y);
+                      const at::Tensor& weight_key, bool cache_folds, Products products,
+                      at::Tensor& y);
 
 // The product left before its combination, for an operator whose epilogue needs whole rows of
 // y (model 98: the pooled GELU and the row max) and so combines the K-slices itself, in the
@@ -51,6 +58,7 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
 // the epilogue's to recompute exactly). Saves writing y and reading it back.
 struct Partials3xFp16 {
   at::Tensor partials;  // float32, (cross_slices + main_slices) slices of M x N, cross first
+                        // (no cross slices in the one-product form)
   at::Tensor guard;     // per-row alpha and beta, guarded rows (GuardLayout)
   Partials3xFp16View view;  // y's values as an epilogue reads them (pointers into the above)
 };
@@ -58,7 +66,7 @@ struct Partials3xFp16 {
 // As linear_nt_3xfp16, but leaves `out` instead of y. Returns false when the weight fails the
 // range check (out untouched).
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
-                               const at::Tensor& weight_key, bool cache_folds,
+                               const at::Tensor& weight_key, bool cache_folds, Products products,
                                Partials3xFp16& out);
 
 }  // namespace fusedops::cuda::gemm

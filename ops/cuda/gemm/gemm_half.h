@@ -20,11 +20,12 @@ namespace fusedops::cuda::gemm {
 
 enum class HalfType { kFloat16, kBFloat16 };
 
-// out = 2 * LeakyReLU(GroupNorm(x W^T + bias)), all (M, N) row-major in `type`, x (M, K) with
-// leading dimension shape.lda, W (N, K) with shape.ldb; bias, gamma, beta (N). Requirements
-// (half_groupnorm_supported): group_size a power of two in [16, kHalfTileN], N a multiple of
-// it, K and the leading dimensions multiples of 8 and the operands 16-byte aligned (TMA), the
-// per-channel vectors and out 4-byte aligned. Runs on the current device, which must be sm_90.
+// out = 2 * LeakyReLU(GroupNorm(x W^T + bias)), x (M, K) with leading dimension shape.lda and
+// W (N, K) with shape.ldb in `type`; out (M, N) row-major and bias, gamma, beta (N) in `type`,
+// or float32 (float32_out: the operator's autocast form). Requirements: group_size a power of
+// two in [16, kHalfTileN] (half_groupnorm_group_ok), N a multiple of it, K and the leading
+// dimensions multiples of 8 and the operands 16-byte aligned (TMA), the per-channel vectors
+// and out aligned to two of their elements. Runs on the current device, which must be sm_90.
 struct GroupNormEpilogueArgs {
   const void* bias;
   const void* gamma;
@@ -33,6 +34,7 @@ struct GroupNormEpilogueArgs {
   float eps;
   float negative_slope;
   void* out;
+  bool float32_out = false;
 };
 void half_groupnorm_gemm_sm90(HalfType type, const Fp16GemmShape& shape, const void* x,
                               const void* w, const GroupNormEpilogueArgs& epilogue,

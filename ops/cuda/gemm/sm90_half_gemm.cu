@@ -22,22 +22,32 @@ namespace {
 using HalfTile = cute::Shape<cute::Int<kHalfTileM>, cute::Int<kHalfTileN>, cute::Int<kTileK>>;
 using HalfSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
-template <class Element>
+template <class Element, class ElementOut>
 void groupnorm_gemm(const Fp16GemmShape& shape, const void* x, const void* w,
                     const GroupNormEpilogueArgs& e, cudaStream_t stream) {
   using Epi = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-      sm90::GroupNormLeakyReluSumEpilogue<Element>>;
+      sm90::GroupNormLeakyReluSumEpilogue<ElementOut>>;
   using G = sm90::Gemm<sm90::PlainMainloop<HalfTile, Epi, Element, HalfSchedule>, Epi>;
   auto args = sm90::make_mainloop_arguments<G>(shape, x, w);
-  args.epilogue.bias = static_cast<const Element*>(e.bias);
-  args.epilogue.gamma = static_cast<const Element*>(e.gamma);
-  args.epilogue.beta = static_cast<const Element*>(e.beta);
+  args.epilogue.bias = static_cast<const ElementOut*>(e.bias);
+  args.epilogue.gamma = static_cast<const ElementOut*>(e.gamma);
+  args.epilogue.beta = static_cast<const ElementOut*>(e.beta);
   args.epilogue.group_size = e.group_size;
   args.epilogue.eps = e.eps;
   args.epilogue.negative_slope = e.negative_slope;
-  args.epilogue.ptr_D = static_cast<Element*>(e.out);
+  args.epilogue.ptr_D = static_cast<ElementOut*>(e.out);
   args.epilogue.dD = typename G::GemmKernel::StrideD{int64_t(shape.n), cute::Int<1>{}, 0};
   sm90::run<G>(args, stream, "half_groupnorm_gemm_sm90");
+}
+
+template <class Element>
+void groupnorm_gemm_to(const Fp16GemmShape& shape, const void* x, const void* w,
+                       const GroupNormEpilogueArgs& e, cudaStream_t stream) {
+  if (e.float32_out) {
+    groupnorm_gemm<Element, float>(shape, x, w, e, stream);
+  } else {
+    groupnorm_gemm<Element, Element>(shape, x, w, e, stream);
+  }
 }
 
 }  // namespace
@@ -50,9 +60,9 @@ void half_groupnorm_gemm_sm90(HalfType type, const Fp16GemmShape& shape, const v
     throw std::runtime_error("fusedops half_groupnorm_gemm_sm90: unsupported group size or shape");
   }
   if (type == HalfType::kFloat16) {
-    groupnorm_gemm<cutlass::half_t>(shape, x, w, epilogue, stream);
+    groupnorm_gemm_to<cutlass::half_t>(shape, x, w, epilogue, stream);
   } else {
-    groupnorm_gemm<cutlass::bfloat16_t>(shape, x, w, epilogue, stream);
+    groupnorm_gemm_to<cutlass::bfloat16_t>(shape, x, w, epilogue, stream);
   }
 }
 #else

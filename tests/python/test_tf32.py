@@ -1,0 +1,137 @@
+"""TF32 allowed (torch's float32 matmul precision "high"): the route the planner takes must be
+as accurate as PyTorch's own TF32 result. On Hopper that route is the 3xFP16 engine's main
+term alone ("1xfp16": each operand rounded to fp16's 11 significant bits, as TF32 rounds it
+to its 11, with per-row power-of-two scales keeping fp16's range, the engine's guard and
+promotion); fusedops.explain proves it ran. Compared, per model, with the reference run in
+float64 on the same weights and input: the relative error ||out - ref64|| / ||ref64|| of ours
+against PyTorch's TF32 reference's, at the default sizes and odd ones, on rand and randn, and
+on adversarial ranges (row scales far apart, a row spanning more than fp16 holds, a weight row
+far below the others)."""
+import contextlib
+
+import pytest
+import torch
+
+import fusedops
+from fusedops_testing import make_input, make_pair
+
+pytestmark = pytest.mark.cuda
+CUDA = torch.cuda.is_available()
+HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+
+# PyTorch's TF32 error varies by a few percent from input to input; ours must not be larger
+# beyond that noise.
+SLACK = 1.05
+
+
+@contextlib.contextmanager
+def tf32_allowed():
+    saved = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
+
+
+def rel(out, ref64):
+    out = out.double()
+    assert torch.isfinite(out).all() == torch.isfinite(ref64).all()
+    finite = torch.isfinite(ref64)
+    return ((out[finite] - ref64[finite]).norm() / ref64[finite].norm().clamp_min(1e-300)).item()
+
+
+def errors(key, init_args, x):
+    """(ours, PyTorch TF32's) relative errors against float64, and the routes ours took."""
+    ref, new = make_pair(key, init_args, device="cuda")
+    ref64 = make_pair(key, init_args, device="cuda", dtype=torch.float64, randomize=False)[0]
+    ref64.load_state_dict(ref.state_dict())
+    for model in (ref, new, ref64):
+        model.eval()  # model 39: one deterministic mapping (no running-statistics update)
+    with torch.no_grad():
+        want = ref64(x.double())
+        with tf32_allowed():
+            routes = fusedops.explain(new, x)
+            ours, theirs = new(x), ref(x)
+    return rel(ours, want), rel(theirs, want), routes
+
+
+def check(key, init_args, x):
+    ours, theirs, routes = errors(key, init_args, x)
+    if HOPPER and x.shape[0] >= 128:
+        assert any(": 1xfp16" in line for line in routes), routes
+    assert ours <= SLACK * theirs, (
+        f"model {key} {tuple(x.shape)}: error vs float64 {ours:.3e}, PyTorch TF32's {theirs:.3e}; "
+        f"routes {routes}")
+
+
+SIZES = {
+    "39": [((8192, 8192, (8192,)), 1024), ((4096, 4096, (4096,)), 2048), ((1000, 516, (516,)), 333)],
+    "62": [((8192, 8192, 512), 1024), ((1000, 520, 26), 300)],
+    "98": [((8192, 8192, 16, 2.0), 1024), ((1001, 4096, 8, -1.5), 257)],
+}
+CASES = [(key, args, batch) for key, sizes in SIZES.items() for args, batch in sizes]
+
+
+@requires_cuda
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("key,init_args,batch", CASES,
+                         ids=[f"{k}-{a[0]}x{a[1]}-b{b}" for k, a, b in CASES])
+def test_as_accurate_as_pytorch_tf32(key, init_args, batch, dist):
+    check(key, init_args, make_input((batch, init_args[0]), dist, device="cuda"))
+
+
+@requires_cuda
+def test_rows_of_very_different_scales():
+    """Each row of x its own power-of-two scale: rows 2^-60 .. 2^60 apart keep TF32's accuracy."""
+    x = make_input((512, 2048), "randn", device="cuda")
+    x *= torch.pow(2.0, torch.linspace(-60, 60, 512, device="cuda")).round().unsqueeze(1)
+    check("39", (2048, 2048, (2048,)), x)
+
+
+@requires_cuda
+def test_a_row_spanning_more_than_fp16_holds():
+    """A row whose nonzero values span more than 2^30 goes to the exact path (the guard)."""
+    x = make_input((256, 2048), "randn", device="cuda")
+    x[7, :1024] *= 2.0 ** 20
+    x[7, 1024:] *= 2.0 ** -20
+    x[9, 5] = 2.0 ** 40
+    check("62", (2048, 2048, 128), x)
+
+
+@requires_cuda
+def test_a_weight_row_far_below_the_others():
+    """A weight whose rows span more than 2^26 is refused by the engine: TF32 runs instead, and
+    explain says so."""
+    key, init_args = "39", (1024, 1024, (1024,))
+    ref, new = make_pair(key, init_args, device="cuda")
+    with torch.no_grad():
+        for model in (ref, new):
+            model.gemm.weight[3] *= 2.0 ** -40
+    x = make_input((512, 1024), "rand", device="cuda")
+    ref64 = make_pair(key, init_args, device="cuda", dtype=torch.float64, randomize=False)[0]
+    ref64.load_state_dict(ref.state_dict())
+    for model in (ref, new, ref64):
+        model.eval()
+    with torch.no_grad(), tf32_allowed():
+        routes = fusedops.explain(new, x)
+        ours, theirs = rel(new(x), ref64(x.double())), rel(ref(x), ref64(x.double()))
+    if HOPPER:
+        assert ": tf32 (the 3xFP16 engine refused the weight" in routes[-1], routes
+    assert ours <= SLACK * theirs, (ours, theirs)
+
+
+@requires_cuda
+def test_non_finite_inputs_propagate_as_in_pytorch():
+    key, init_args = "39", (512, 512, (512,))
+    ref, new = make_pair(key, init_args, device="cuda")
+    for model in (ref, new):
+        model.eval()
+    x = make_input((256, 512), "randn", device="cuda")
+    x[3, 7] = float("inf")
+    x[5, 9] = float("nan")
+    with torch.no_grad(), tf32_allowed():
+        ours, theirs = new(x), ref(x)
+    torch.testing.assert_close(torch.isfinite(ours), torch.isfinite(theirs))
+    torch.testing.assert_close(torch.isnan(ours), torch.isnan(theirs))
