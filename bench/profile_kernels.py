@@ -1,9 +1,11 @@
 """Per-kernel GPU time of each ModelNew forward (torch.profiler), to see where the time goes.
 
-    python bench/profile_kernels.py [--models 18,98,39,62] [--tf32] [--batch 1024] [--reference]
+    python bench/profile_kernels.py [--models 18,98,39,62,39L] [--tf32] [--batch 1024]
+        [--dtype float16] [--numerics eager] [--reference]
 
 --reference profiles the reference model (PyTorch eager) as well, for a kernel-by-kernel
-comparison.
+comparison. 39L is model 39 at KernelBench's 16384 x 4096 -> 4096; model 39 trains, as
+KernelBench runs it.
 """
 import argparse
 
@@ -11,7 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import fusedops  # noqa: F401
-from fusedops.problems import PROBLEMS
+from fusedops.problems import BENCH_39_LARGE, PROBLEMS
 
 
 def main():
@@ -21,16 +23,25 @@ def main():
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--reference", action="store_true")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--numerics", default="accurate", choices=("accurate", "eager"))
     args = p.parse_args()
     torch.backends.cuda.matmul.fp32_precision = "tf32" if args.tf32 else "ieee"
-    for key in args.models.split(","):
+    dtype = getattr(torch, args.dtype)
+    for label in args.models.split(","):
+        key = "39" if label == "39L" else label
         prob = PROBLEMS[key]
+        init_args = BENCH_39_LARGE["init_args"] if label == "39L" else prob.init_args
+        batch = BENCH_39_LARGE["batch_size"] if label == "39L" else args.batch
         for which in (["model", "model_new"] if args.reference else ["model_new"]):
-            profile_one(key, prob, getattr(prob, which)(*prob.init_args).cuda(), which, args)
+            kwargs = {"numerics": args.numerics} if which == "model_new" else {}
+            model = getattr(prob, which)(*init_args, **kwargs).cuda().to(dtype)
+            profile_one(label, prob, model, which, args, init_args, batch, dtype)
 
 
-def profile_one(key, prob, model, which, args):
-    xs = [prob.make_input(args.batch, device="cuda") for _ in range(4)]
+def profile_one(key, prob, model, which, args, init_args, batch, dtype):
+    model.train(key.startswith("39"))
+    xs = [prob.make_input(batch, init_args, dtype=dtype, device="cuda") for _ in range(4)]
     with torch.no_grad():
         for x in xs:
             model(x)
@@ -39,7 +50,9 @@ def profile_one(key, prob, model, which, args):
             for i in range(args.iters):
                 model(xs[i % len(xs)])
             torch.cuda.synchronize()
-    print(f"== {which} {key} ({'tf32' if args.tf32 else 'fp32'}), per-forward GPU time by kernel")
+    precision = "tf32" if args.tf32 else "ieee"
+    print(f"== {which} {key} {args.dtype} {args.numerics} (float32 matmul {precision}), "
+          "per-forward GPU time by kernel")
     rows = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:8]
     total = sum(e.device_time_total for e in prof.key_averages()) / args.iters
     for e in rows:
