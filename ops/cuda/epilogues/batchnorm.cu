@@ -109,9 +109,11 @@ __device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
 // Moments: per (slice, column) the sum and sum of squares of (z - shift_j) in double, shift_j
 // = z[0, j] (or y[0, j] for kOfY). Shifting by a sample of the column keeps E[d^2] - E[d]^2
 // free of cancellation when the mean is large against the spread.
+// Two blocks an SM at least: unbounded, the 8-column float16 kernel took 138 registers a
+// thread, which leaves room for one.
 template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
           typename y_t = acc_t<scalar_t>>
-__global__ void column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
+__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2) column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                                       const scalar_t* __restrict__ scale, ScaleView sv,
                                       double* __restrict__ partial_sum,
                                       double* __restrict__ partial_sq, int64_t batch, int64_t n) {
