@@ -69,6 +69,9 @@ struct StressOptions {
   bool fold_cache = true;        // false: the model's cache_folds = false
   int unload_cycles = 3;
   uint64_t seed = 0;
+  // --instance-devices: instance t runs on entry t mod size (a server's instance_group over
+  // several GPUs); empty: every instance on --device.
+  std::vector<std::string> instance_devices;
 };
 
 // Each add_* registers the subcommand and its options on app; run_* runs it.

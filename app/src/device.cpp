@@ -8,27 +8,27 @@
 
 namespace fusedops_app {
 
-c10::Device parse_device(const std::string& text) {
+c10::Device parse_device(const std::string& text, const std::string& option) {
   c10::Device device(c10::kCPU);
   try {
     device = c10::Device(text);
   } catch (const c10::Error&) {
-    throw UsageError("invalid --device '" + text + "': expected cpu, cuda or cuda:N");
+    throw UsageError("invalid " + option + " '" + text + "': expected cpu, cuda or cuda:N");
   }
   if (device.is_cpu()) {
     return device;
   }
   if (!device.is_cuda()) {
-    throw UsageError("unsupported --device '" + text + "': fusedops runs on cpu or cuda");
+    throw UsageError("unsupported " + option + " '" + text + "': fusedops runs on cpu or cuda");
   }
   const auto gpu_count = static_cast<int64_t>(torch::cuda::device_count());
   if (gpu_count == 0) {
-    throw UsageError("--device " + text +
+    throw UsageError(option + " " + text +
                      ": CUDA is not available here (no GPU visible to libtorch: check "
                      "nvidia-smi, the driver and CUDA_VISIBLE_DEVICES); use --device cpu");
   }
   if (device.has_index() && device.index() >= gpu_count) {
-    throw UsageError("--device " + text + ": no such GPU, this machine has " +
+    throw UsageError(option + " " + text + ": no such GPU, this machine has " +
                      std::to_string(gpu_count) + " (cuda:0 to cuda:" +
                      std::to_string(gpu_count - 1) + ")");
   }

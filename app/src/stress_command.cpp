@@ -75,9 +75,9 @@ struct Outcome {
 
 // One configuration: `threads` threads, each on its own stream, on `models` (one shared, or one
 // each), `calls` calls in all.
-Outcome serve(std::vector<ExportedModel>& models, const std::vector<at::Tensor>& inputs,
-              const std::vector<at::Tensor>& expected, const StressOptions& options,
-              const c10::Device& device) {
+Outcome serve(std::vector<ExportedModel>& models, const std::vector<size_t>& model_of_thread,
+              const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& expected,
+              const StressOptions& options, const std::vector<c10::Device>& device_of_thread) {
   const int threads = options.threads;  // --instances
   std::vector<Outcome> per_thread(static_cast<size_t>(threads));
   std::vector<std::string> errors(static_cast<size_t>(threads));
@@ -85,12 +85,13 @@ Outcome serve(std::vector<ExportedModel>& models, const std::vector<at::Tensor>&
   auto body = [&](int t) {
     Outcome& out = per_thread[static_cast<size_t>(t)];
     try {
+      const c10::Device& device = device_of_thread[static_cast<size_t>(t)];
       std::optional<c10::StreamGuard> stream_guard;
       if (device.is_cuda()) {
         const c10::impl::VirtualGuardImpl guard_impl(device.type());
         stream_guard.emplace(guard_impl.getStreamFromGlobalPool(device));
       }
-      ExportedModel& model = models[models.size() == 1 ? 0 : static_cast<size_t>(t)];
+      ExportedModel& model = models[model_of_thread[static_cast<size_t>(t)]];
       std::vector<at::Tensor> local_inputs;
       for (const at::Tensor& x : inputs) local_inputs.push_back(x.to(device));
       const int64_t share = options.calls / threads + (t < options.calls % threads ? 1 : 0);
@@ -179,6 +180,12 @@ CLI::App* add_stress_command(CLI::App& app, StressOptions& options) {
       ->check(CLI::Range(0, 10'000))
       ->capture_default_str();
   command->add_option("--seed", options.seed, "seed of the inputs")->capture_default_str();
+  command->add_option("--instance-devices", options.instance_devices,
+                      "the devices of the instances, in turn (instance t on entry t mod count, "
+                      "e.g. cuda:0,cuda:1 as Triton's instance_group gpus: [0, 1]); the "
+                      "single-thread answers come from --device")
+      ->delimiter(',')
+      ->expected(1, kMaxStressThreads);
   return command;
 }
 
@@ -204,17 +211,50 @@ int run_stress_command(const StressOptions& options, const c10::Device& device,
   }
   std::fflush(stdout);
 
+  // The instances' devices, and the distinct ones in the order given.
+  std::vector<c10::Device> device_of_thread, devices;
+  for (int t = 0; t < options.threads; ++t) {
+    device_of_thread.push_back(
+        options.instance_devices.empty()
+            ? device
+            : parse_device(options.instance_devices[static_cast<size_t>(t) %
+                                                    options.instance_devices.size()],
+                           "--instance-devices"));
+    if (std::find(devices.begin(), devices.end(), device_of_thread.back()) == devices.end()) {
+      devices.push_back(device_of_thread.back());
+    }
+  }
+  if (!options.instance_devices.empty()) {
+    std::string names;
+    for (const c10::Device& d : devices) names += (names.empty() ? "" : ", ") + d.str();
+    fmt::print("instances on {}\n", names);
+  }
+
   bool failed = false;
   std::vector<std::string> modes;
   if (options.weights != "copies") modes.push_back("shared");
   if (options.weights != "shared") modes.push_back("copies");
   for (const std::string& mode : modes) {
+    // Shared: one module a device, used by every instance there (Triton shares weights
+    // between the instances of one GPU); copies: one module an instance.
     std::vector<ExportedModel> models;
-    for (int i = 0; i < (mode == "shared" ? 1 : options.threads); ++i) {
-      models.push_back(load_for_serving(options, device, files));
+    std::vector<size_t> model_of_thread;
+    for (int t = 0; t < options.threads; ++t) {
+      const c10::Device& d = device_of_thread[static_cast<size_t>(t)];
+      if (mode == "shared") {
+        const auto at = std::find(devices.begin(), devices.end(), d) - devices.begin();
+        model_of_thread.push_back(static_cast<size_t>(at));
+      } else {
+        model_of_thread.push_back(static_cast<size_t>(t));
+        models.push_back(load_for_serving(options, d, files));
+      }
+    }
+    if (mode == "shared") {
+      for (const c10::Device& d : devices) models.push_back(load_for_serving(options, d, files));
     }
     const auto start = std::chrono::steady_clock::now();
-    const Outcome outcome = serve(models, inputs, expected, options, device);
+    const Outcome outcome = serve(models, model_of_thread, inputs, expected, options,
+                                  device_of_thread);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("{:>6} weights, {} threads: {} calls in {:.2f} s, {:.0f} calls/s, latency p50 "
@@ -230,34 +270,36 @@ int run_stress_command(const StressOptions& options, const c10::Device& device,
   }
 
   if (options.unload_cycles > 0) {
-    // On a GPU, the caching allocator's allocated bytes; on the CPU (no such count), the fold
-    // cache's own bytes stand for what a model leaves behind.
-    const int64_t baseline = allocated_bytes(device);
-    const fusedops::FoldCacheStats folds_before = fusedops::fold_cache_stats();
-    fmt::print("load/unload: baseline {} on {}, fold cache {} entries / {} bytes\n",
-               device.is_cuda() ? fmt::format("{:.2f} MiB allocated", mib(baseline))
-                                : std::string("(no GPU memory)"),
-               device.str(), folds_before.entries, folds_before.bytes);
-    for (int cycle = 1; cycle <= options.unload_cycles; ++cycle) {
-      int64_t loaded = 0;
-      {
-        ExportedModel model = load_for_serving(options, device, files);
-        for (int64_t i = 0; i < 3; ++i) model.forward(inputs[static_cast<size_t>(i)].to(device));
-        loaded = allocated_bytes(device);
+    // Each instance device in turn. On a GPU, the caching allocator's allocated bytes; on the
+    // CPU (no such count), the fold cache's own bytes stand for what a model leaves behind.
+    for (const c10::Device& d : devices) {
+      const int64_t baseline = allocated_bytes(d);
+      const fusedops::FoldCacheStats folds_before = fusedops::fold_cache_stats();
+      fmt::print("load/unload: baseline {} on {}, fold cache {} entries / {} bytes\n",
+                 d.is_cuda() ? fmt::format("{:.2f} MiB allocated", mib(baseline))
+                             : std::string("(no GPU memory)"),
+                 d.str(), folds_before.entries, folds_before.bytes);
+      for (int cycle = 1; cycle <= options.unload_cycles; ++cycle) {
+        int64_t loaded = 0;
+        {
+          ExportedModel model = load_for_serving(options, d, files);
+          for (int64_t i = 0; i < 3; ++i) model.forward(inputs[static_cast<size_t>(i)].to(d));
+          loaded = allocated_bytes(d);
+        }
+        const int64_t after = allocated_bytes(d);
+        const fusedops::FoldCacheStats folds = fusedops::fold_cache_stats();
+        const bool back = std::llabs(after - baseline) <= kMemoryToleranceBytes &&
+                          folds.bytes == folds_before.bytes;
+        const std::string memory =
+            d.is_cuda() ? fmt::format("{:.2f} MiB while loaded, {:.2f} MiB after unload "
+                                      "({:+.3f} MiB vs baseline), ",
+                                      mib(loaded), mib(after), mib(after - baseline))
+                        : std::string();
+        fmt::print("  cycle {}: {}fold cache {} entries / {} bytes after unload: {}\n", cycle,
+                   memory, folds.entries, folds.bytes, back ? "back to baseline" : "NOT back");
+        std::fflush(stdout);
+        failed = failed || !back;
       }
-      const int64_t after = allocated_bytes(device);
-      const fusedops::FoldCacheStats folds = fusedops::fold_cache_stats();
-      const bool back = std::llabs(after - baseline) <= kMemoryToleranceBytes &&
-                        folds.bytes == folds_before.bytes;
-      const std::string memory =
-          device.is_cuda() ? fmt::format("{:.2f} MiB while loaded, {:.2f} MiB after unload "
-                                         "({:+.3f} MiB vs baseline), ",
-                                         mib(loaded), mib(after), mib(after - baseline))
-                           : std::string();
-      fmt::print("  cycle {}: {}fold cache {} entries / {} bytes after unload: {}\n", cycle,
-                 memory, folds.entries, folds.bytes, back ? "back to baseline" : "NOT back");
-      std::fflush(stdout);
-      failed = failed || !back;
     }
   }
   return failed ? kExitModelFailed : kExitOk;

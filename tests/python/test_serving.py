@@ -500,3 +500,45 @@ def test_app_stress_on_cuda_streams(tmp_path, key):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("mismatches 0 ") == 2, result.stdout
     assert result.stdout.count("back to baseline") == 3, result.stdout
+
+
+@needs_app
+def test_app_stress_instance_devices_on_one_device(small_repo):
+    """--instance-devices names each instance's device in turn; listing the one device twice
+    serves as one device: one shared module, the unload cycles once."""
+    model = next(small_repo.glob("fusedops_98_*/1/model.pt"))
+    result = _stress(model, "--instances", 3, "--calls", 60, "--unload-cycles", 1,
+                     "--instance-devices", "cpu,cpu")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "instances on cpu\n" in result.stdout, result.stdout
+    assert result.stdout.count("mismatches 0 ") == 2, result.stdout
+    assert result.stdout.count("back to baseline") == 1, result.stdout
+
+
+@needs_app
+@pytest.mark.parametrize("devices,expected", [("cuda:7", "--instance-devices cuda:7: "),
+                                              ("gpu", "invalid --instance-devices 'gpu'")])
+def test_app_stress_refuses_a_bad_instance_device(small_repo, devices, expected):
+    if devices == "cuda:7" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    model = next(small_repo.glob("fusedops_98_*/1/model.pt"))
+    result = _stress(model, "--instances", 2, "--calls", 4, "--instance-devices", devices)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert expected in result.stderr, result.stderr
+
+
+@needs_app
+@pytest.mark.multi_gpu
+@pytest.mark.parametrize("key", KEYS)
+def test_app_stress_over_two_gpus(tmp_path, key):
+    """Instances spread over two GPUs (Triton's instance_group gpus: [0, 1]): every answer
+    checked against the single-thread one from cuda:0, shared (one module a GPU) and copied
+    weights, and each GPU's memory back to its baseline after each unload."""
+    repo = _export(tmp_path, "--models", key, "--device", "cuda")
+    result = _stress(next(repo.glob(f"fusedops_{key}_*/1/model.pt")), "--device", "cuda:0",
+                     "--instances", 4, "--calls", 2000, "--unload-cycles", 2,
+                     "--instance-devices", "cuda:0,cuda:1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "instances on cuda:0, cuda:1" in result.stdout, result.stdout
+    assert result.stdout.count("mismatches 0 ") == 2, result.stdout
+    assert result.stdout.count("back to baseline") == 4, result.stdout
