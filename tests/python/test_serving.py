@@ -542,3 +542,21 @@ def test_app_stress_over_two_gpus(tmp_path, key):
     assert "instances on cuda:0, cuda:1" in result.stdout, result.stdout
     assert result.stdout.count("mismatches 0 ") == 2, result.stdout
     assert result.stdout.count("back to baseline") == 4, result.stdout
+
+
+@needs_app
+@pytest.mark.multi_gpu
+def test_app_checks_a_cuda0_export_on_the_second_gpu(tmp_path):
+    """A repository exported on cuda:0, both formats, loaded onto cuda:1 with --device cuda:1
+    (a server placing an instance on its second GPU): every model passes against the
+    reference output its export wrote, on cuda:1."""
+    env = dict(os.environ, FUSEDOPS_LIBRARY=fusedops.library_path,
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "models"), str(REPO_ROOT)]))
+    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--device",
+                    "cuda:0", "--output", str(tmp_path)], check=True, cwd=REPO_ROOT, env=env,
+                   capture_output=True, timeout=900)
+    result = subprocess.run([str(APP), "check", str(tmp_path), "--device", "cuda:1"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = [line for line in result.stdout.splitlines() if line.startswith("PASS ")]
+    assert len(passed) == 8 and all(" on cuda:1 " in line for line in passed), result.stdout
