@@ -31,8 +31,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 fusedops_setup
 # Triton's backend build: RapidJSON (triton common's JSON), googletest's sources (common
 # configures its unit tests even when only the backend is built; Debian's copy replaces the
-# download), a C++ compiler and ninja (fusedops_setup has them).
-fusedops_install_debian_packages rapidjson-dev googletest
+# download), Python's headers (the backend's CMake asks for Python3 Development.Module), a C++
+# compiler and ninja (fusedops_setup has them).
+fusedops_install_debian_packages rapidjson-dev googletest python3-dev
 
 BUILD_DIR="${FUSEDOPS_BUILD_DIR:-$FUSEDOPS_ROOT/build}"
 CACHE="${FUSEDOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fusedops}"
