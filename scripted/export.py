@@ -272,7 +272,9 @@ def triton_config(spec: ExportSpec, output_shape: tuple[int, ...], artifact_form
     Both platforms take the same INPUT__0 / OUTPUT__0 names (the backend maps <name>__<index>
     to the forward's positional argument and output). For "torch_aoti" the backend loads
     <version>/model.pt2 and the package's model named "model", aoti_compile_and_package's
-    default. fusedops_app check validates it with Triton's schema and against the model.
+    default; Triton before 26.03 has no such platform and needs the backend named (app/README.md,
+    "Triton versions"). fusedops_app check validates it with Triton's schema and against the
+    model; tests/triton serves it with the real Triton server.
     """
     data_type = TRITON_DATA_TYPES[spec.dtype]
 
@@ -286,13 +288,18 @@ def triton_config(spec: ExportSpec, output_shape: tuple[int, ...], artifact_form
         lines.append("  }")
         return "\n".join(lines)
 
-    if rows_independent(spec):
-        batching = ["# Each output row depends on its input row alone: Triton may batch requests.",
-                    "dynamic_batching { }"]
-    else:
+    if not rows_independent(spec):
         batching = ["# No dynamic_batching: in train mode BatchNorm normalizes with the statistics",
                     "# of the whole batch, so batching requests together would change each",
                     "# request's output. Each request is one batch."]
+    elif artifact_format == "pt2":
+        batching = ["# No dynamic_batching: Triton's PyTorch backend (r26.03 through main, 2026-11)",
+                    "# answers each request of a batched .pt2 run with the whole batch's output",
+                    "# (wrong shapes and values; a crash for large outputs). Each request runs",
+                    "# alone. docs/TRITON_PT2_BATCHING.md; the .pt of this model batches."]
+    else:
+        batching = ["# Each output row depends on its input row alone: Triton may batch requests.",
+                    "dynamic_batching { }"]
     return "\n".join([
         f'name: "{spec.folder_name(artifact_format)}"',
         f'platform: "{TRITON_PLATFORMS[artifact_format]}"',

@@ -17,12 +17,17 @@ export FUSEDOPS_ROOT
 _fusedops_log() { printf '[fusedops] %s\n' "$*" >&2; }
 
 fusedops_install_system_packages() {
+  fusedops_install_debian_packages cmake ninja-build g++ libgtest-dev libspdlog-dev libfmt-dev \
+    libcli11-dev nlohmann-json3-dev python3-venv libprotobuf-dev libzip-dev libssl-dev \
+    clang libclang-rt-dev
+}
+
+# Installs those of the given Debian packages that are missing (scripts/triton_test.sh adds
+# the ones Triton's backend build needs).
+fusedops_install_debian_packages() {
   [[ "${FUSEDOPS_SKIP_APT:-0}" == 1 ]] && return 0
-  local pkgs=(cmake ninja-build g++ libgtest-dev libspdlog-dev libfmt-dev libcli11-dev
-              nlohmann-json3-dev python3-venv libprotobuf-dev libzip-dev libssl-dev
-              clang libclang-rt-dev)
   local missing=()
-  for p in "${pkgs[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   ((${#missing[@]} == 0)) && return 0

@@ -236,6 +236,13 @@ void check_triton_config(const nlohmann::json& config, const TritonConfigExpecta
                  "on which requests Triton batches together)",
                  "present");
     }
+    if (config.contains("dynamic_batching") && expected.platform == "torch_aoti") {
+      check.fail("dynamic_batching",
+                 "absent for a .pt2: Triton's PyTorch backend (r26.03 through main, 2026-11) "
+                 "answers each request of a batched .pt2 run with the whole batch "
+                 "(docs/TRITON_PT2_BATCHING.md)",
+                 "present");
+    }
     const nlohmann::json parameters = config.value("parameters", nlohmann::json::object());
     for (const char* key : kBooleanParameters) {
       if (!parameters.contains(key)) {

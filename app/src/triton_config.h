@@ -38,7 +38,7 @@ struct TritonConfigExpectation {
   std::string pinned_kind;
   TritonTensorExpectation input;
   TritonTensorExpectation output;
-  bool rows_independent = true;  // dynamic_batching allowed
+  bool rows_independent = true;  // dynamic_batching allowed (for a .pt; never for a .pt2)
   bool updates_state = false;    // train mode: instances must not share weights
 };
 
@@ -46,7 +46,8 @@ struct TritonConfigExpectation {
 // not describe the model as scripted/export.py would: name, platform (and backend, default
 // model filename), max_batch_size >= 1, one input and one output with their names, data types
 // and dims (a batch-only tensor as dims [1] reshaped to []), instance_group kinds, no
-// dynamic_batching for a model whose rows are not independent, and the PyTorch backend's
+// dynamic_batching for a model whose rows are not independent nor for a .pt2 (platform
+// torch_aoti: the backend's batched .pt2 answers are wrong), and the PyTorch backend's
 // boolean parameters set to "true" or "false" (no ENABLE_WEIGHT_SHARING for a model that
 // updates its state).
 void check_triton_config(const nlohmann::json& config, const TritonConfigExpectation& expected,

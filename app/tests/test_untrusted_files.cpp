@@ -246,6 +246,12 @@ TEST(TritonConfig, CrossChecksTheModel) {
   package.pinned_kind = "KIND_CPU";
   expect_usage_error([&] { check(replace(kExportedConfig, "pytorch_libtorch", "torch_aoti"), package); },
                      "instance_group[0].kind must be KIND_CPU");
+  // What export.py writes for a .pt2 has no dynamic_batching (docs/TRITON_PT2_BATCHING.md).
+  const std::string package_config = replace(
+      replace(kExportedConfig, "pytorch_libtorch", "torch_aoti"), "KIND_AUTO", "KIND_CPU");
+  expect_usage_error([&] { check(package_config, package); },
+                     "dynamic_batching must be absent for a .pt2");
+  check(replace(package_config, "dynamic_batching { }", ""), package);
   TritonConfigExpectation train = expected;
   train.rows_independent = false;
   expect_usage_error([&] { check(kExportedConfig, train); }, "dynamic_batching must be absent");

@@ -557,17 +557,21 @@ def test_export_writes_a_torch_aoti_folder_per_model(aoti_repo):
         assert sorted(p.relative_to(aoti_folder).as_posix() for p in aoti_folder.rglob("*")) == [
             "1", "1/model.pt2", "config.pbtxt", "fusedops_manifest.json", "reference_output.pt",
             "reference_output_float64.pt", "sample_input.pt"]
-        # Triton's torch_aoti platform, pinned to the CPU it was compiled for; otherwise the
-        # same configuration as the TorchScript one (which runs anywhere: KIND_AUTO).
+        # Triton's torch_aoti platform, pinned to the CPU it was compiled for, and not batched
+        # (docs/TRITON_PT2_BATCHING.md); otherwise the same configuration as the TorchScript one
+        # (which runs anywhere: KIND_AUTO).
         config = (aoti_folder / "config.pbtxt").read_text()
         assert f'name: "{aoti_name(key)}"\nplatform: "torch_aoti"\n' in config
         assert "instance_group [ { count: 1, kind: KIND_CPU } ]" in config
+        assert "dynamic_batching" not in config.replace("# No dynamic_batching", "")
         torchscript_config = (torchscript_folder / "config.pbtxt").read_text()
         assert "instance_group [ { count: 1, kind: KIND_AUTO } ]" in torchscript_config
-        def without_instance_group(text: str) -> list[str]:
+        assert "dynamic_batching { }" in torchscript_config
+        def without_placement_and_batching(text: str) -> list[str]:
             return [line for line in text.splitlines()[2:]
-                    if not line.startswith(("#", "instance_group"))]
-        assert without_instance_group(config) == without_instance_group(torchscript_config)
+                    if not line.startswith(("#", "instance_group", "dynamic_batching"))]
+        assert without_placement_and_batching(config) == \
+            without_placement_and_batching(torchscript_config)
         # The same sample input and reference output as the TorchScript folder's, in files of
         # its own.
         for sample in ("sample_input.pt", "reference_output.pt", "reference_output_float64.pt"):

@@ -524,6 +524,19 @@ def test_exported_config_is_what_triton_serves(repo, aoti_repo):
     pt2_config = (aoti_repo / (NAME_98 + "_aoti") / "config.pbtxt").read_text()
     assert "instance_group [ { count: 1, kind: KIND_CPU } ]" in pt2_config
     assert "export it with --device cuda" in pt2_config
+    # Triton's PyTorch backend answers a batched .pt2 run wrongly (docs/TRITON_PT2_BATCHING.md).
+    assert "dynamic_batching" not in pt2_config.replace("# No dynamic_batching", "")
+    assert "TRITON_PT2_BATCHING.md" in pt2_config
+
+
+def test_batched_pt2_config_is_refused(aoti_folder):
+    result = run_app("check", aoti_folder)
+    assert result.returncode == 0 and result.stdout.startswith("PASS"), result.stdout
+    config = aoti_folder / "config.pbtxt"
+    config.write_text(config.read_text() + "dynamic_batching { }\n")
+    resign_manifest(aoti_folder)
+    result = run_app("check", aoti_folder)
+    assert result.returncode == 2 and "dynamic_batching must be absent for a .pt2" in result.stdout
 
 
 def test_train_mode_39_is_not_batched_by_triton(tmp_path):
