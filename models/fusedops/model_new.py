@@ -86,8 +86,12 @@ class ModelNew39(nn.Module):
         running_mean = bn.running_mean
         running_var = bn.running_var
         num_batches_tracked = bn.num_batches_tracked
-        assert running_mean is not None and running_var is not None
-        assert num_batches_tracked is not None
+        if running_mean is None or running_var is None or num_batches_tracked is None:
+            raise RuntimeError(
+                "ModelNew39: bn has no running statistics (BatchNorm1d with "
+                "track_running_stats=False); fusedops.gemm_scale_batchnorm needs "
+                "running_mean, running_var and num_batches_tracked, as Model39's "
+                "BatchNorm1d(out_features) has them")
         return torch.ops.fusedops.gemm_scale_batchnorm(
             x, self.gemm.weight, self.gemm.bias, self.scale, bn.weight, bn.bias,
             running_mean, running_var, num_batches_tracked, bn.training, bn.momentum, bn.eps,
