@@ -100,13 +100,16 @@ std::vector<char> Manifest::read_verified(const std::string& relative_name,
                                  "the model folder with scripted/export.py",
                                  path.string(), source_));
   }
-  const std::vector<char> bytes = read_file_bounded(path, limit);
-  if (bytes.size() != entry->second.bytes) {
+  // The size first, from the open file: a file of the wrong size is refused before a byte
+  // of it is read (a sparse 4 GiB model.pt costs nothing).
+  RegularFile file = RegularFile::open(path, limit.what);
+  if (file.size() != entry->second.bytes) {
     throw UsageError(fmt::format("{} is {} bytes, {} says {}: the file is damaged or was changed "
                                  "after export; re-export it",
-                                 path.string(), bytes.size(), kManifestFileName,
+                                 path.string(), file.size(), kManifestFileName,
                                  entry->second.bytes));
   }
+  const std::vector<char> bytes = file.read_all(limit);
   const std::string digest = sha256_hex(bytes.data(), bytes.size());
   if (digest != entry->second.sha256) {
     throw UsageError(fmt::format("{} has SHA-256 {}, {} says {}: the file is damaged or was "

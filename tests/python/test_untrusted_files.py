@@ -537,3 +537,89 @@ def test_train_mode_39_is_not_batched_by_triton(tmp_path):
     resign_manifest(folder)
     result = run_app("check", folder)
     assert result.returncode == 2 and "dynamic_batching must be absent" in result.stdout
+
+
+# --- issue 21: hostile users ---------------------------------------------------------------------
+# Each test failed on the app and export before issue 21's fix.
+
+
+def make_special_file(kind: str, path: Path, tmp_path: Path) -> Path | None:
+    """Makes a non-regular file at path; returns the file a symbolic link points to."""
+    if kind == "FIFO (named pipe)":
+        os.mkfifo(path)
+    elif kind == "symbolic link":
+        target = tmp_path / "link_target.pt"
+        target.write_bytes(b"precious")
+        path.symlink_to(target)
+        return target
+    elif kind == "character device":
+        # As root the old app replaced the system's /dev/null: a device of our own instead.
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return None
+
+
+@pytest.mark.parametrize("kind", ["FIFO (named pipe)", "symbolic link", "character device"])
+def test_run_output_force_replaces_nothing_but_a_regular_file(folder98, tmp_path, kind):
+    if kind == "character device" and os.geteuid() != 0:
+        output = Path("/dev/null")  # not ours to replace, nor, without root, the app's
+    else:
+        output = tmp_path / "output"
+        target = make_special_file(kind, output, tmp_path)
+    before = os.lstat(output)
+    for force in (["--force"], []):  # --force first: the case that destroyed files
+        result = run_app("run", folder98 / "1" / "model.pt", "--output", output, *force,
+                         timeout=60)
+        assert_refused(result, f"--output {output} is a {kind}",
+                       "only a regular file is ever replaced")
+    after = os.lstat(output)
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (
+        before.st_mode, before.st_ino, before.st_rdev)
+    if kind == "symbolic link":
+        assert target.read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("which", ["config.pbtxt", MANIFEST, "--input"])
+def test_fifo_where_a_file_is_expected_is_refused_at_once(folder98, tmp_path, which):
+    """A file is opened without blocking and its type checked before reading: a FIFO used to
+    hang check and run until killed."""
+    model = folder98 / "1" / "model.pt"
+    fifo = tmp_path / "input.pt" if which == "--input" else folder98 / which
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    commands = {"config.pbtxt": [["check", folder98]],
+                MANIFEST: [["check", folder98], ["run", model]],
+                "--input": [["run", model, "--input", fifo]]}[which]
+    for command in commands:
+        try:
+            result = run_app(*command, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"fusedops_app {command[0]} hung on a FIFO as {which}")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"{fifo} is a FIFO (named pipe)" in result.stdout + result.stderr
+
+
+MEASURE_CHILD = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+                 "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def test_model_file_of_the_wrong_size_is_refused_before_it_is_read(folder98):
+    """A 1.5 GiB sparse model.pt: read whole (1.9 GB of memory, 5 s; a 4 GiB one under a
+    memory limit ended in std::bad_alloc, exit status 1) before its size was compared with
+    the manifest's."""
+    model = folder98 / "1" / "model.pt"
+    listed = model.stat().st_size
+    with open(model, "r+b") as file:
+        file.truncate(3 << 29)
+    result = subprocess.run([sys.executable, "-c", MEASURE_CHILD, str(APP), "info", str(model)],
+                            capture_output=True, text=True, timeout=120)
+    status, max_rss_kib = map(int, result.stdout.splitlines()[-1].split())
+    assert status == 2, result.stdout + result.stderr
+    assert f"{model} is 1610612736 bytes, {MANIFEST} says {listed}" in result.stderr
+    assert max_rss_kib < 1 << 20, f"the app held {max_rss_kib} KiB: it read the file"
+
+
+def test_empty_tmpdir_means_the_default(aoti_repo):
+    """TMPDIR="" is no TMPDIR (POSIX), so /tmp; the app said there was no temporary folder."""
+    env = dict(os.environ, TMPDIR="")
+    result = run_app("run", aoti_repo / (NAME_98 + "_aoti") / "1" / "model.pt2", env=env)
+    assert result.returncode == 0, result.stderr
