@@ -46,7 +46,6 @@ struct CheckOptions {
   std::string target;
   std::optional<double> atol;
   std::optional<double> rtol;
-  bool allow_external_symlinks = false;
   bool json = false;
 };
 

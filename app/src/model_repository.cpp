@@ -12,6 +12,7 @@
 #include "aoti_package.h"
 #include "app_error.h"
 #include "device.h"
+#include "file_access.h"
 #include "manifest.h"
 #include "printable.h"
 #include "repository_layout.h"
@@ -132,29 +133,6 @@ std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::
   return models;
 }
 
-// Throws UsageError when path leads (through links) out of root.
-void check_inside(const fs::path& path, const fs::path& root, const RepositoryReadOptions& options) {
-  if (options.allow_external_symlinks) {
-    return;
-  }
-  std::error_code error;
-  const fs::path resolved = fs::canonical(path, error);
-  if (error) {
-    if (error == std::errc::no_such_file_or_directory) {
-      return;  // reported as missing where it is read
-    }
-    throw UsageError(fmt::format("cannot resolve {}: {}", path.string(), describe(error)));
-  }
-  const auto [root_end, resolved_at] =
-      std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
-  if (root_end != root.end()) {
-    throw UsageError(fmt::format("{} leads to {}, outside {}: a symbolic link out of the "
-                                 "repository is not followed (--allow-external-symlinks "
-                                 "follows it)",
-                                 path.string(), resolved.string(), root.string()));
-  }
-}
-
 // A file of the model folder: verified against the manifest when there is one.
 std::vector<char> read_folder_file(const std::optional<Manifest>& manifest,
                                    const RepositoryModel& model, const std::string& name,
@@ -262,7 +240,7 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
        {model.folder, model.model_file, model.folder / kManifestFileName,
         model.folder / kTritonConfigName, model.folder / kSampleInputName,
         model.folder / kReferenceOutputName, model.folder / kReferenceOutputFloat64Name}) {
-    check_inside(path, model.root, options);
+    check_inside(path, model.root, options.load.allow_external_symlinks);
   }
   const std::optional<Manifest> manifest = Manifest::load(model.folder);
   if (!manifest && !options.load.allow_unverified) {
@@ -280,7 +258,9 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
   }
   const ReadLimit tensor_limit{options.max_tensor_file_bytes, "tensor file",
                                kMaxTensorFileOption};
-  ExportedModel exported = ExportedModel::load(model.model_file, device, options.load);
+  LoadOptions load = options.load;
+  load.root = model.root;  // links between the repository's folders are followed, as above
+  ExportedModel exported = ExportedModel::load(model.model_file, device, load);
   const std::vector<char> config =
       read_folder_file(manifest, model, kTritonConfigName,
                        {kMaxTritonConfigBytes, "Triton config", ""});

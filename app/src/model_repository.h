@@ -53,12 +53,11 @@ struct ToleranceOverride {
   std::optional<double> rtol;
 };
 
-// How check reads a model folder's files.
+// How check reads a model folder's files (load.allow_external_symlinks: follow a symbolic link
+// that leads out of the repository).
 struct RepositoryReadOptions {
   LoadOptions load;
   std::uintmax_t max_tensor_file_bytes = kDefaultMaxTensorFileBytes;
-  // Follow a symbolic link that leads out of the repository (--allow-external-symlinks).
-  bool allow_external_symlinks = false;
 };
 
 // Verifies every file the check reads against the model folder's manifest, refuses a file

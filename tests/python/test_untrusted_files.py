@@ -618,6 +618,67 @@ def test_model_file_of_the_wrong_size_is_refused_before_it_is_read(folder98):
     assert max_rss_kib < 1 << 20, f"the app held {max_rss_kib} KiB: it read the file"
 
 
+@pytest.mark.parametrize("pair", [("98", "18"), ("18", "98")], ids=["98-in-18", "18-in-98"])
+@pytest.mark.parametrize("command", ["check", "run", "info", "bench", "stress"])
+def test_model_of_another_folder_is_refused_before_running(repo, tmp_path, pair, command):
+    """Another model's model.pt in a folder (the manifest re-signed over it): check said FAIL
+    (a kernel bug, it read) or a config error, run, bench and stress ran it, info named the
+    other operator."""
+    names = {"98": NAME_98, "18": NAME_18}
+    copy = Path(shutil.copytree(repo, tmp_path / "repo"))
+    foreign, folder = copy / names[pair[0]], copy / names[pair[1]]
+    shutil.copyfile(foreign / "1" / "model.pt", folder / "1" / "model.pt")
+    resign_manifest(folder)
+    target = folder if command == "check" else folder / "1" / "model.pt"
+    extra = {"bench": ["--iters", 1, "--batch", 2],
+             "stress": ["--calls", 4, "--instances", 2, "--unload-cycles", 0]}.get(command, [])
+    result = run_app(command, target, *extra)
+    op = {"98": "matmul_avgpool_gelu_scale_max",
+          "18": "matmul_sum_max_avgpool_logsumexp_logsumexp"}[pair[0]]
+    assert_refused(result, f"holds model {names[pair[0]]} (operator fusedops::{op}), but its "
+                           f"model folder is {names[pair[1]]}")
+    if command == "check":
+        assert result.stdout.startswith(f"ERROR {names[pair[1]]}:"), result.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "info", "bench", "stress"])
+def test_symlink_out_of_the_model_folder_is_refused_by_every_command(folder98, tmp_path,
+                                                                     command):
+    """check refused a model file that is a link out of its folder; the other commands
+    followed it."""
+    model = folder98 / "1" / "model.pt"
+    outside = tmp_path / "elsewhere.pt"
+    shutil.move(model, outside)
+    model.symlink_to(outside)
+    extra = {"bench": ["--iters", 1, "--batch", 2],
+             "stress": ["--calls", 4, "--instances", 2, "--unload-cycles", 0]}.get(command, [])
+    assert_refused(run_app(command, model, *extra), f"leads to {outside}, outside",
+                   "--allow-external-symlinks")
+    result = run_app(command, model, *extra, "--allow-external-symlinks")
+    assert result.returncode == 0, result.stderr
+
+
+def test_output_that_contradicts_fusedops_json_fails(folder98):
+    """run, bench and stress did not compare the output with fusedops.json's."""
+    model = folder98 / "1" / "model.pt"
+
+    def transform(name: str, data: bytes) -> bytes:
+        if name.endswith("extra/fusedops.json"):
+            metadata = json.loads(data)
+            metadata["output"]["shape"] = [32, 2]
+            return json.dumps(metadata).encode()
+        return data
+    rewrite_zip(model, model, transform)
+    resign_manifest(folder98)
+    for command, extra in (("run", ["--batch", 3]), ("bench", ["--batch", 3, "--iters", 1]),
+                           ("stress", ["--batch", 3, "--calls", 4, "--instances", 2,
+                                       "--unload-cycles", 0])):
+        result = run_app(command, model, *extra)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert (f"{NAME_98} returned [3] float32 for an input of batch 3; its fusedops.json "
+                "says [3, 2] float32") in result.stderr
+
+
 def test_empty_tmpdir_means_the_default(aoti_repo):
     """TMPDIR="" is no TMPDIR (POSIX), so /tmp; the app said there was no temporary folder."""
     env = dict(os.environ, TMPDIR="")
