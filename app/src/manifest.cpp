@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "app_error.h"
+#include "json_input.h"
 #include "printable.h"
 #include "repository_layout.h"
 
@@ -41,7 +42,7 @@ Manifest Manifest::parse(const std::string& json_text, const std::string& source
   Manifest manifest;
   manifest.source_ = source;
   try {
-    const nlohmann::json json = nlohmann::json::parse(json_text);
+    const nlohmann::json json = parse_json_without_duplicate_keys(json_text, source);
     const int format = json.at("format").get<int>();
     if (format < 1 || format > kManifestFormat) {
       throw UsageError(fmt::format("{} has format {}; this app reads format {}", source, format,

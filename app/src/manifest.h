@@ -32,7 +32,7 @@ struct ManifestEntry {
 class Manifest {
  public:
   // Throws UsageError naming source when the text is not a manifest export.py writes: not
-  // JSON, another format, or an entry whose name leaves the folder ("..", an absolute path),
+  // JSON, a key twice in one object, another format, or an entry whose name leaves the folder ("..", an absolute path),
   // holds a control character, or whose digest is not 64 hex digits.
   static Manifest parse(const std::string& json_text, const std::string& source);
 

@@ -66,6 +66,7 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
       ->check(CLI::Range(int64_t{1}, kMaxBatchSize))
       ->excludes("--input");
   command->add_option("--seed", options.seed, "seed of the random input")
+      ->check(CLI::Range(uint64_t{0}, kMaxSeed))
       ->capture_default_str();
   command->add_option("--values", options.first_values, "how many output values to print")
       ->check(CLI::Range(int64_t{0}, kMaxBatchSize))

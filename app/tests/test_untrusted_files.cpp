@@ -190,6 +190,37 @@ TEST(ModelMetadata, RefusesADtypeExportNeverWrites) {
   expect_usage_error([&] { ModelMetadata::parse(zero_width, "m"); }, "expected dimensions >= 1");
 }
 
+TEST(Manifest, RefusesARepeatedKey) {
+  // nlohmann keeps the last of two equal keys: a file could say one thing to this app and
+  // another to the next reader (issue 21).
+  const std::string digest(64, 'a');
+  const std::string entry = R"({"sha256": ")" + digest + R"(", "bytes": 3})";
+  const std::string good =
+      R"({"format": 1, "algorithm": "sha256", "files": {"a.pt": )" + entry + "}}";
+  EXPECT_EQ(Manifest::parse(good, "m").files().size(), 1u);
+  for (const auto& [repeated, key] :
+       {std::pair<std::string, std::string>{replace(good, R"("format": 1,)",
+                                                    R"("format": 1, "format": 1,)"),
+                                            "format"},
+        {replace(good, R"("files": {)", R"("files": {"a.pt": )" + entry + ","), "a.pt"},
+        {replace(good, R"("bytes": 3)", R"("bytes": 4, "bytes": 3)"), "bytes"}}) {
+    expect_usage_error([&] { Manifest::parse(repeated, "m"); },
+                       "m: the key \"" + key + "\" appears twice in one object");
+  }
+}
+
+TEST(ModelMetadata, RefusesARepeatedKey) {
+  const std::string json = R"({"format": 2, "model_name": "m", "problem": "98", "name": "n",
+    "op": "fusedops::x", "mode": "eval", "init_args": [], "device": "cpu", "seed": 0,
+    "fusedops_version": "0", "torch_version": "0", "rows_independent": true,
+    "input": {"shape": [32, 256], "dtype": "float32"},
+    "output": {"shape": [32], "dtype": "float32"}})";
+  EXPECT_EQ(ModelMetadata::parse(json, "m").op, "fusedops::x");
+  expect_usage_error(
+      [&] { ModelMetadata::parse(replace(json, R"("op": )", R"("op": "fusedops::y", "op": )"), "m"); },
+      "the key \"op\" appears twice in one object");
+}
+
 TEST(FileAccess, ANonRegularFileIsRefusedWithoutBlocking) {
   // Opening a FIFO for reading waits for a writer: the app hung on one (issue 21).
   TemporaryDirectory scratch("test");

@@ -658,6 +658,21 @@ def test_symlink_out_of_the_model_folder_is_refused_by_every_command(folder98, t
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("batches", ["1,,2", "1,2,", ",1"])
+def test_bench_batch_list_with_an_empty_entry_is_refused(folder98, batches):
+    result = run_app("bench", folder98 / "1" / "model.pt", "--batch", batches, "--iters", 1)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "expected batch sizes from 1 to 16777216 separated by commas" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "stress"])
+def test_app_seed_is_bounded(folder98, command):
+    """--seed -1 was taken as 2^64 - 1."""
+    result = run_app(command, folder98 / "1" / "model.pt", "--seed", -1)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--seed" in result.stderr and "not in range" in result.stderr
+
+
 def test_output_that_contradicts_fusedops_json_fails(folder98):
     """run, bench and stress did not compare the output with fusedops.json's."""
     model = folder98 / "1" / "model.pt"
@@ -677,6 +692,19 @@ def test_output_that_contradicts_fusedops_json_fails(folder98):
         assert result.returncode == 1, result.stdout + result.stderr
         assert (f"{NAME_98} returned [3] float32 for an input of batch 3; its fusedops.json "
                 "says [3, 2] float32") in result.stderr
+
+
+def test_manifest_with_a_repeated_key_is_refused(folder98):
+    """nlohmann keeps the last of two equal keys: a wrong digest followed by the right one was
+    accepted."""
+    manifest = json.loads((folder98 / MANIFEST).read_text())
+    entry = manifest["files"]["1/model.pt"]
+    wrong = json.dumps({"sha256": "0" * 64, "bytes": entry["bytes"]})
+    text = json.dumps(manifest).replace('"1/model.pt": ', f'"1/model.pt": {wrong}, '
+                                        '"1/model.pt": ', 1)
+    (folder98 / MANIFEST).write_text(text)
+    assert_refused(run_app("info", folder98 / "1" / "model.pt"),
+                   'the key "1/model.pt" appears twice in one object')
 
 
 def test_empty_tmpdir_means_the_default(aoti_repo):
