@@ -37,6 +37,12 @@ bool is_folder(const fs::path& path, std::error_code& error) {
   return !error && status.type() == fs::file_type::directory;
 }
 
+// A hidden entry (".tmp-..."): Triton's model names are the visible folders.
+bool is_hidden(const fs::path& path) {
+  const std::string name = path.filename().string();
+  return !name.empty() && name.front() == '.';
+}
+
 // A model folder is recognised by what export writes into it (config.pbtxt, the manifest) or
 // by a version folder holding a model file.
 bool looks_like_model_folder(const fs::path& folder) {
@@ -174,6 +180,9 @@ std::vector<RepositoryModel> find_repository_models(const fs::path& target) {
   fs::directory_iterator entries(absolute, error);
   for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
     const fs::path folder = entries->path();
+    if (is_hidden(folder)) {
+      continue;  // not a model: scripted/export.py builds a folder in .tmp-* before renaming it
+    }
     std::error_code folder_error;
     if (!is_folder(folder, folder_error)) {
       if (folder_error) {  // a link loop, a dangling link: that entry's problem

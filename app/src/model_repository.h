@@ -35,7 +35,8 @@ struct RepositoryModel {
 };
 
 // target is a repository (a folder of model folders), one model folder, or a model file (.pt or
-// .pt2) inside one. Models come sorted by name. A model folder that cannot be read or used is
+// .pt2) inside one. Models come sorted by name; hidden folders (".tmp-*": an export in
+// progress) are not models. A model folder that cannot be read or used is
 // returned with its problem rather than thrown, so that the other models are still checked.
 // Throws UsageError when target does not exist or holds no model folder at all.
 std::vector<RepositoryModel> find_repository_models(const std::filesystem::path& target);

@@ -712,3 +712,97 @@ def test_empty_tmpdir_means_the_default(aoti_repo):
     env = dict(os.environ, TMPDIR="")
     result = run_app("run", aoti_repo / (NAME_98 + "_aoti") / "1" / "model.pt2", env=env)
     assert result.returncode == 0, result.stderr
+
+
+EXPORT_DRIVER = '''
+import json, os, runpy, sys, time
+
+import torch
+
+mode, marker = sys.argv[1], sys.argv[2]
+if mode == "pause-before-manifest":
+    # Stops this run after it has hashed its files, until marker exists.
+    real_dumps = json.dumps
+
+    def dumps(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "algorithm" in obj:  # the manifest
+            open(marker + ".paused", "w").close()
+            while not os.path.exists(marker):
+                time.sleep(0.05)
+        return real_dumps(obj, *args, **kwargs)
+    json.dumps = dumps
+elif mode == "die-after-the-model-file":
+    # As if killed after the model file, before the sample tensors and the manifest.
+    torch.save = lambda *args, **kwargs: os._exit(9)
+sys.argv = ["scripted.export", *sys.argv[3:]]
+runpy.run_module("scripted.export", run_name="__main__", alter_sys=True)
+'''
+
+
+def export_driver(tmp_path: Path, mode: str, marker: Path, *args: str) -> subprocess.Popen:
+    script = tmp_path / "export_driver.py"
+    script.write_text(EXPORT_DRIVER)
+    return subprocess.Popen([sys.executable, str(script), mode, str(marker), "--sizes", "small",
+                             *args], cwd=REPO_ROOT, env=python_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_concurrent_exports_of_one_folder_leave_a_folder_the_app_accepts(tmp_path):
+    """Two exports of model 98 at once (other seeds, so other bytes): the first is held after
+    hashing its files while the second writes the folder; both exit 0, and the manifest each
+    wrote must describe the folder that is left."""
+    repo = tmp_path / "repo"
+    marker = tmp_path / "resume"
+    args = ["--models", "98", "--formats", "pt", "--output", str(repo)]
+    first = export_driver(tmp_path, "pause-before-manifest", marker, *args, "--seed", "1")
+    deadline = time.monotonic() + 300
+    while not Path(str(marker) + ".paused").exists():
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the first export never reached its manifest"
+        time.sleep(0.1)
+    export(repo, "--models", "98", "--formats", "pt", "--seed", "2")
+    marker.touch()
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    result = run_app("check", repo)
+    assert result.returncode == 0 and result.stdout.startswith(f"PASS {NAME_98}"), (
+        result.stdout + result.stderr)
+
+
+def test_killed_reexport_leaves_the_previous_folder_and_its_leftovers_go(tmp_path):
+    repo = export(tmp_path / "repo", "--models", "98", "--formats", "pt")
+    folder = repo / NAME_98
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    dying = export_driver(tmp_path, "die-after-the-model-file", tmp_path / "unused",
+                          "--models", "98", "--formats", "pt", "--seed", "7",
+                          "--output", str(repo))
+    out, err = dying.communicate(timeout=300)
+    assert dying.returncode == 9, out + err
+    result = run_app("check", repo)
+    assert result.returncode == 0 and result.stdout.count("PASS") == 1, (
+        result.stdout + result.stderr)
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    export(repo, "--models", "98", "--formats", "pt", "--seed", "7")
+    assert [p for p in repo.rglob("*") if p.name.startswith(".tmp")] == []
+    assert run_app("check", repo).returncode == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--device", "meta"], "argument --device: expected cpu, cuda or cuda:N, got 'meta'"),
+    (["--seed", "-1"], "argument --seed: expected an integer from 0 to 9223372036854775807, "
+                       "got -1"),
+    (["--output-is-a-file"], "error: --output"),
+])
+def test_export_errors_are_one_line_and_exit_2(tmp_path, args, needle):
+    output = tmp_path / "out"
+    if args == ["--output-is-a-file"]:
+        output.write_text("a file")
+        args = []
+    result = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                             "--models", "98", "--formats", "pt", "--output", str(output),
+                             *args], cwd=REPO_ROOT, env=python_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert needle in result.stderr.strip().splitlines()[-1], result.stderr
+    assert not output.is_dir(), "a refused export left a folder"
