@@ -111,9 +111,17 @@ TORCH_LIBRARY(fusedops, m) {
         "-> (Tensor, Tensor)");
   m.def("sum_fold_linear(Tensor weight, Tensor bias) -> (Tensor, Tensor)");
   // The weight-fold cache (ops/common/fold_cache.h), from Python, TorchScript and C++:
-  // clear_fold_cache frees every fold now; fold_cache_stats reports weights (holding folds),
-  // entries, bytes and misses (folds computed since the process started).
-  m.def("clear_fold_cache() -> ()", [] { clear_fold_cache(); });
+  // clear_fold_cache frees every fold now, or the folds of the weights given; fold_cache_stats
+  // reports weights (holding folds), entries, bytes and misses (folds computed since the process
+  // started).
+  m.def("clear_fold_cache(Tensor[]? weights=None) -> ()",
+        [](const std::optional<std::vector<at::Tensor>>& weights) {
+          if (weights) {
+            clear_fold_cache(*weights);
+          } else {
+            clear_fold_cache();
+          }
+        });
   m.def("fold_cache_stats() -> Dict(str, int)", [] {
     const FoldCacheStats stats = fold_cache_stats();
     c10::Dict<std::string, int64_t> dict;

@@ -19,8 +19,9 @@ Layout (NVIDIA Triton's PyTorch backend: platform "pytorch_libtorch" for model.p
 <model> is fusedops_<problem>_<op>, e.g. fusedops_98_matmul_avgpool_gelu_scale_max. The sample
 input and reference output are computed once per model and written into each folder as its own
 files (no links between folders: re-exporting one format never changes the other's files), so
-that each folder checks on its own. Every file is written to a temporary name in its folder and
-renamed into place.
+that each folder checks on its own. Each folder is built complete in a hidden staging folder
+and swapped into place under a lock (scripted/model_folder.py): a reader, a concurrent export
+or an export that stops halfway never leaves a folder that mixes two exports.
 
 The .pt2 holds a shared library that AOTInductor compiled for the export's device type (on the
 CPU with -march=native: for this machine's instruction set, which fusedops.json records as
@@ -48,12 +49,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,13 +65,16 @@ except ImportError:  # run from a checkout without PYTHONPATH=models
 
 from fusedops.problems import PROBLEMS, Problem
 
+try:
+    from scripted.model_folder import MANIFEST_FILE_NAME, MANIFEST_FORMAT, ModelFolderWriter
+except ImportError:  # run as a script (python scripted/export.py): the checkout's root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from scripted.model_folder import MANIFEST_FILE_NAME, MANIFEST_FORMAT, ModelFolderWriter
+
 EXTRA_FILE_NAME = "fusedops.json"
 # Bumped whenever the keys of the extra file change meaning; fusedops_app checks it.
 # 2: rows_independent, and cpu_features for a CPU .pt2.
 METADATA_FORMAT = 2
-# The digests of every file of a model folder (app/src/manifest.h reads it).
-MANIFEST_FILE_NAME = "fusedops_manifest.json"
-MANIFEST_FORMAT = 1
 SAMPLE_FILES = ("sample_input.pt", "reference_output.pt", "reference_output_float64.pt")
 # Problems whose rows are not independent in train mode: model 39's BatchNorm normalizes with
 # the statistics of the whole batch, so a server must not batch requests together.
@@ -130,51 +130,14 @@ class ExportSpec:
         return tuple(self.problem.input_shape(self.batch_size, self.init_args))
 
 
-def write_atomically(path: Path, write) -> None:
-    """write(temporary_path) in a private folder next to path, then rename it to path: a
-    reader (or a crash) sees the old file or the new one, never a part, and a hard link
-    elsewhere to the old file keeps the old bytes. The temporary file has path's name
-    (aoti_compile_and_package names the package's top folder after it)."""
-    folder = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path.parent))
-    try:
-        temporary = folder / path.name
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def save_tensor(tensor: torch.Tensor, path: Path) -> None:
     """torch.save of the bare tensor, on the CPU (the app moves it where the model runs)."""
-    write_atomically(path, lambda p: torch.save(tensor.detach().cpu().contiguous(), p))
+    torch.save(tensor.detach().cpu().contiguous(), path)
 
 
 def load_tensor(path: Path) -> torch.Tensor:
     """What fusedops_app reads: a torch.save'd tensor, loaded without running code."""
     return torch.load(path, weights_only=True)
-
-
-def write_text(path: Path, text: str) -> None:
-    write_atomically(path, lambda p: p.write_text(text))
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_manifest(model_dir: Path, relative_names: list[str]) -> None:
-    """fusedops_manifest.json: SHA-256 and size of each file, so that fusedops_app refuses a
-    file damaged or changed after export. Written last: a folder whose export stopped halfway
-    has a manifest that does not match, or none."""
-    files = {name: {"sha256": sha256_of(model_dir / name),
-                    "bytes": (model_dir / name).stat().st_size}
-             for name in sorted(relative_names)}
-    write_text(model_dir / MANIFEST_FILE_NAME, json.dumps(
-        {"format": MANIFEST_FORMAT, "algorithm": "sha256", "files": files}, indent=2) + "\n")
 
 
 def cpu_features() -> list[str]:
@@ -341,12 +304,10 @@ def model_metadata(spec: ExportSpec, output: torch.Tensor, artifact_format: str)
 
 
 def save_torchscript(model_new: torch.nn.Module, metadata: dict, path: Path) -> None:
-    def write(temporary: Path) -> None:
-        torch.jit.save(torch.jit.script(model_new), str(temporary),
-                       _extra_files={EXTRA_FILE_NAME: json.dumps(metadata, indent=2)})
-        # Read it back: a file torch cannot load must fail here, not in the C++ host.
-        torch.jit.load(str(temporary), map_location="cpu")
-    write_atomically(path, write)
+    torch.jit.save(torch.jit.script(model_new), str(path),
+                   _extra_files={EXTRA_FILE_NAME: json.dumps(metadata, indent=2)})
+    # Read it back: a file torch cannot load must fail here, not in the C++ host.
+    torch.jit.load(str(path), map_location="cpu")
 
 
 def tracing_input(x: torch.Tensor) -> torch.Tensor:
@@ -363,17 +324,15 @@ def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dic
     exported = torch.export.export(model_new, (tracing_input(x),),
                                    dynamic_shapes={"x": {0: batch}})
 
-    def write(temporary: Path) -> None:
-        torch._inductor.aoti_compile_and_package(
-            exported, package_path=str(temporary),
-            # Carried inside the package: C++ reads it from the archive's wrapper_metadata.json
-            # (fusedops_app), Python with torch._inductor.aoti_load_package(path).get_metadata().
-            inductor_configs={"aot_inductor.metadata": {
-                EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
-        # Load it back (this dlopens the compiled library): a package that cannot load must
-        # fail here, not in the C++ host.
-        torch._inductor.aoti_load_package(str(temporary))
-    write_atomically(path, write)
+    torch._inductor.aoti_compile_and_package(
+        exported, package_path=str(path),
+        # Carried inside the package: C++ reads it from the archive's wrapper_metadata.json
+        # (fusedops_app), Python with torch._inductor.aoti_load_package(path).get_metadata().
+        inductor_configs={"aot_inductor.metadata": {
+            EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
+    # Load it back (this dlopens the compiled library): a package that cannot load must fail
+    # here, not in the C++ host.
+    torch._inductor.aoti_load_package(str(path))
 
 
 def export_model(spec: ExportSpec, repo: Path, formats: list[str]) -> list[tuple[Path, float]]:
@@ -391,21 +350,25 @@ def export_model(spec: ExportSpec, repo: Path, formats: list[str]) -> list[tuple
     written: list[tuple[Path, float]] = []
     for artifact_format in formats:
         start = time.perf_counter()
-        model_dir = repo / spec.folder_name(artifact_format)
-        (model_dir / "1").mkdir(parents=True, exist_ok=True)
-        metadata = model_metadata(spec, reference_output, artifact_format)
-        if artifact_format == "pt":
-            save_torchscript(model_new, metadata, model_dir / "1" / "model.pt")
-        else:
-            save_aoti_package(model_new, x, metadata, model_dir / "1" / "model.pt2")
+        # Built aside and swapped into place whole (scripted/model_folder.py).
+        with ModelFolderWriter(repo, spec.folder_name(artifact_format)) as folder:
+            model_dir = folder.path
+            (model_dir / "1").mkdir()
+            metadata = model_metadata(spec, reference_output, artifact_format)
+            if artifact_format == "pt":
+                save_torchscript(model_new, metadata, model_dir / "1" / "model.pt")
+            else:
+                save_aoti_package(model_new, x, metadata, model_dir / "1" / "model.pt2")
 
-        # Each folder gets its own files: no hard link can make a write to one change the other.
-        for name, tensor in zip(SAMPLE_FILES,
-                                (x, reference_output, reference_output_float64)):
-            save_tensor(tensor, model_dir / name)
-        write_text(model_dir / "config.pbtxt",
-                   triton_config(spec, config_output_shape, artifact_format))
-        write_manifest(model_dir, ["config.pbtxt", f"1/model.{artifact_format}", *SAMPLE_FILES])
+            # Each folder gets its own files: no hard link can make a write to one change the
+            # other.
+            for name, tensor in zip(SAMPLE_FILES,
+                                    (x, reference_output, reference_output_float64)):
+                save_tensor(tensor, model_dir / name)
+            (model_dir / "config.pbtxt").write_text(
+                triton_config(spec, config_output_shape, artifact_format))
+            model_dir = folder.commit(
+                ["config.pbtxt", f"1/model.{artifact_format}", *SAMPLE_FILES])
         written.append((model_dir, time.perf_counter() - start))
     return written
 
@@ -439,14 +402,56 @@ def make_specs(args: argparse.Namespace) -> list[ExportSpec]:
         if args.batch_size is not None:
             batch_size = args.batch_size
         specs.append(ExportSpec(problem, init_args, batch_size, DTYPES[args.dtype],
-                                torch.device(args.device), args.seed, args.mode,
+                                args.device, args.seed, args.mode,
                                 args.numerics))
     return specs
 
 
+def bounded_int(low: int, high: int):
+    """An argparse type: an integer from low to high. Beyond them a value is a typo, and
+    torch would not say so: torch.manual_seed(-1) seeds 2**64 - 1."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {low} to {high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, "
+                                             f"got {value}")
+        return value
+    return parse
+
+
+def parse_device(text: str) -> torch.device:
+    """cpu, cuda or cuda:N: the devices fusedops has kernels for (a meta or other device would
+    export a model nothing can run)."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda") or (
+            device.type == "cpu" and device.index not in (None, 0)):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return device
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and its message's first non-blank line."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0].strip() if lines else '(no message)'}"
+
+
+PROG = "python -m scripted.export"
+# fusedops.json's "seed" is an int64 (the app reads it so); torch seeds are 64-bit unsigned.
+MAX_SEED = 2**63 - 1
+# fusedops_app's --batch bound: a larger sample could not be run there either.
+MAX_BATCH_SIZE = 1 << 24
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m scripted.export",
+        prog=PROG,
         description="Export the fusedops drop-in models as TorchScript into a Triton model "
                     "repository, with a sample input and the reference output per model.")
     parser.add_argument("--output", "-o", type=Path, required=True,
@@ -455,12 +460,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="comma list of problems (default: %(default)s)")
     parser.add_argument("--sizes", choices=("spec", "small"), default="spec",
                         help="spec: SPEC.md default sizes; small: CI sizes (default: spec)")
-    parser.add_argument("--batch-size", type=int, default=None,
+    parser.add_argument("--batch-size", type=bounded_int(1, MAX_BATCH_SIZE), default=None,
                         help="batch of the sample input and Triton's max_batch_size "
                              "(default: the size preset's)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", type=parse_device, default="cpu",
+                        help="cpu, cuda or cuda:N (default: cpu)")
+    parser.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0,
+                        help=f"seed of the weights and the sample input, 0 to {MAX_SEED} "
+                             "(default: 0)")
     parser.add_argument("--mode", choices=("eval", "train"), default="eval",
                         help="module mode of the export (default: eval, see module docstring)")
     parser.add_argument("--numerics", choices=("accurate", "eager"), default="accurate",
@@ -472,27 +480,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "AOTInductor, compiles C++: tens of seconds per model) "
                              "(default: pt,pt2)")
     args = parser.parse_args(argv)
-    if args.batch_size is not None and args.batch_size < 1:
-        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.mode == "train" and "39" in args.models and (args.batch_size or 2) < 2:
         parser.error("--mode train needs --batch-size >= 2: BatchNorm cannot train on one sample")
-    device = torch.device(args.device)
+    device = args.device
     if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: no CUDA device is available")
+        parser.error(f"--device {device}: no CUDA device is available")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        parser.error(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                     f"device(s)")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.output.mkdir(parents=True, exist_ok=True)
     print(f"fusedops {torch.ops.fusedops.version()} ({fusedops.library_path}), "
           f"torch {torch.__version__}")
-    for spec in make_specs(args):
-        for model_dir, seconds in export_model(spec, args.output, args.formats):
-            print(f"exported {model_dir.name}: input {list(spec.input_shape)} "
-                  f"{dtype_name(spec.dtype)} on {spec.device}, {spec.mode} mode, "
-                  f"{spec.numerics} numerics, "
-                  f"{seconds:.1f} s -> {model_dir}")
+    doing = f"--output {args.output}"
+    # A failure is one line naming what failed and exit status 2, as for a bad argument; a
+    # model folder being written when it happens stays as it was (scripted/model_folder.py).
+    try:
+        args.output.mkdir(parents=True, exist_ok=True)
+        for spec in make_specs(args):
+            doing = f"exporting {spec.model_name}"
+            for model_dir, seconds in export_model(spec, args.output, args.formats):
+                print(f"exported {model_dir.name}: input {list(spec.input_shape)} "
+                      f"{dtype_name(spec.dtype)} on {spec.device}, {spec.mode} mode, "
+                      f"{spec.numerics} numerics, "
+                      f"{seconds:.1f} s -> {model_dir}")
+    except Exception as error:  # noqa: BLE001  (every failure becomes the message)
+        print(f"{PROG}: error: {doing}: {one_line(error)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -89,6 +89,7 @@ add_library(fusedops_app_files STATIC
   "${FUSEDOPS_APP_SOURCE_DIR}/app_error.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/cpu_isa.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/file_access.cpp"
+  "${FUSEDOPS_APP_SOURCE_DIR}/json_input.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/manifest.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/model_metadata.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/repository_layout.cpp"

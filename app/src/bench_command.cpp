@@ -41,16 +41,34 @@ std::vector<double> time_forward_ms(ExportedModel& model, const at::Tensor& inpu
   return samples;
 }
 
-// Batch sizes are checked as text: CLI11's Range on a value that is not a number (`"1 32"`)
+// The --batch list is checked as text, whole: CLI11 splits a delimited option itself and drops
+// empty entries ("1,,2" became [1, 2]), and its Range on a value that is not a number ("1 32")
 // reports the range of a double, which names neither the form expected nor the value given.
-std::string check_batch_size(const std::string& text) {
-  int64_t value = 0;
-  if (CLI::detail::lexical_cast(text, value) && value >= 1 && value <= kMaxBatchSize) {
+std::string check_batch_sizes(const std::string& text) {
+  const std::vector<std::string> entries = CLI::detail::split(text, ',');
+  bool valid = !text.empty() && text.back() != ',';
+  for (const std::string& entry : entries) {
+    int64_t value = 0;
+    valid = valid && CLI::detail::lexical_cast(entry, value) && value >= 1 &&
+            value <= kMaxBatchSize;
+  }
+  if (valid) {
     return {};
   }
   return fmt::format("expected batch sizes from 1 to {} separated by commas (e.g. 1,32,1024), "
                      "got '{}'",
                      kMaxBatchSize, printable(text));
+}
+
+// The batch sizes of a list check_batch_sizes accepted.
+std::vector<int64_t> batch_sizes_of(const std::string& text) {
+  std::vector<int64_t> sizes;
+  for (const std::string& entry : CLI::detail::split(text, ',')) {
+    int64_t value = 0;
+    CLI::detail::lexical_cast(entry, value);
+    sizes.push_back(value);
+  }
+  return sizes;
 }
 
 double samples_per_second(int64_t batch, double ms) {
@@ -83,10 +101,13 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   command->add_option("model", options.model,
                       "model.pt or model.pt2 written by scripted/export.py")
       ->required();
-  command->add_option("-b,--batch", options.batch_sizes, "comma list of batch sizes")
-      ->delimiter(',')
-      ->check(CLI::Validator(check_batch_size, "INT,..."))
-      ->capture_default_str();
+  command
+      ->add_option_function<std::string>(
+          "-b,--batch",
+          [&options](const std::string& text) { options.batch_sizes = batch_sizes_of(text); },
+          "comma list of batch sizes")
+      ->check(CLI::Validator(check_batch_sizes, "INT,..."))
+      ->default_str("1,32,1024");
   command->add_option("-n,--iters", options.iterations,
                       fmt::format("timed calls per batch size (p99 is reported from {} on)",
                                   kMinSamplesForP99))
@@ -95,7 +116,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   command->add_option("--warmup", options.warmup, "untimed calls before timing")
       ->check(CLI::Range(int64_t{0}, kMaxIterations))
       ->capture_default_str();
-  command->add_option("--seed", options.seed, "seed of the random inputs")->capture_default_str();
+  command->add_option("--seed", options.seed, "seed of the random inputs")
+      ->check(CLI::Range(uint64_t{0}, kMaxSeed))
+      ->capture_default_str();
   command->add_flag("--json", options.json,
                     "one JSON document on stdout at the end instead of the table "
                     "(app/README.md); the table's rows go to stderr as they are measured");

@@ -59,8 +59,6 @@ CLI::App* add_check_command(CLI::App& app, CheckOptions& options) {
   command->add_option("--rtol", options.rtol,
                       "relative tolerance (default by dtype, the same values as --atol)")
       ->check(CLI::Range(0.0, 1e30));
-  command->add_flag("--allow-external-symlinks", options.allow_external_symlinks,
-                    "follow symbolic links that lead out of the repository");
   command->add_flag("--json", options.json,
                     "one JSON document on stdout at the end instead of the lines "
                     "(app/README.md); the lines go to stderr as each model is checked");
@@ -71,8 +69,7 @@ int run_check_command(const CheckOptions& options, const c10::Device& device,
                       const FileOptions& files) {
   const std::vector<RepositoryModel> models = find_repository_models(options.target);
   const ToleranceOverride tolerance{options.atol, options.rtol};
-  const RepositoryReadOptions read_options{files.load, files.max_tensor_file_bytes,
-                                           options.allow_external_symlinks};
+  const RepositoryReadOptions read_options{files.load, files.max_tensor_file_bytes};
   // With --json, stdout carries the document alone and the lines go to stderr: either way a
   // line appears (flushed) as soon as its model is checked.
   std::FILE* lines = options.json ? stderr : stdout;

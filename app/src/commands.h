@@ -20,6 +20,9 @@ namespace fusedops_app {
 inline constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
 inline constexpr int64_t kMaxIterations = 10'000'000;
 inline constexpr int64_t kMaxTensorFileMib = int64_t{1} << 20;  // 1 TiB
+// Seeds are int64 wherever they are written down (fusedops.json, scripted/export.py's --seed);
+// CLI11 reads "-1" for an unsigned option as 2^64 - 1.
+inline constexpr uint64_t kMaxSeed = uint64_t{INT64_MAX};
 
 // Options every subcommand takes (main.cpp), as the commands need them.
 struct FileOptions {
@@ -46,13 +49,12 @@ struct CheckOptions {
   std::string target;
   std::optional<double> atol;
   std::optional<double> rtol;
-  bool allow_external_symlinks = false;
   bool json = false;
 };
 
 struct BenchOptions {
   std::string model;
-  std::vector<int64_t> batch_sizes{1, 32, 1024};
+  std::vector<int64_t> batch_sizes{1, 32, 1024};  // --batch, checked as text
   int64_t iterations = 100;
   int64_t warmup = 10;
   uint64_t seed = 0;

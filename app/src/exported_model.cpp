@@ -17,9 +17,11 @@
 #include "app_error.h"
 #include "bounded_read_adapter.h"
 #include "cpu_isa.h"
+#include "file_access.h"
 #include "fusedops/fusedops.h"
 #include "manifest.h"
 #include "printable.h"
+#include "repository_layout.h"
 #include "tensor_io.h"
 
 namespace fusedops_app {
@@ -122,6 +124,12 @@ std::vector<char> read_model_file(const std::filesystem::path& path,
   const ReadLimit limit{kMaxModelFileBytes, "model file", ""};
   const std::filesystem::path absolute = std::filesystem::absolute(path).lexically_normal();
   const std::filesystem::path model_folder = absolute.parent_path().parent_path();
+  // The files `check` would refuse to follow out of the folder are refused here too.
+  const std::filesystem::path root =
+      options.root.empty() ? std::filesystem::weakly_canonical(model_folder) : options.root;
+  for (const std::filesystem::path& file : {absolute, model_folder / kManifestFileName}) {
+    check_inside(file, root, options.allow_external_symlinks);
+  }
   const std::optional<Manifest> manifest = Manifest::load(model_folder);
   if (manifest) {
     const std::string relative =
@@ -138,6 +146,22 @@ std::vector<char> read_model_file(const std::filesystem::path& path,
   spdlog::warn("{}: no {} in {}; loading it unverified (--allow-unverified)", path.string(),
                kManifestFileName, model_folder.string());
   return read_file_bounded(path, limit);
+}
+
+void check_model_folder(const std::filesystem::path& path, const ModelMetadata& metadata) {
+  const std::filesystem::path absolute = std::filesystem::absolute(path).lexically_normal();
+  if (!parse_version_folder_name(absolute.parent_path().filename().string())) {
+    return;  // not <folder>/<version>/<file>: no model folder to belong to
+  }
+  const std::string folder = absolute.parent_path().parent_path().filename().string();
+  if (folder == metadata.model_name) {
+    return;
+  }
+  throw UsageError(fmt::format(
+      "{} holds model {} (operator {}), but its model folder is {}, whose config.pbtxt, sample "
+      "input and reference output describe another model: a model file of another export was "
+      "put in this folder; re-export the folder with scripted/export.py",
+      path.string(), printable(metadata.model_name), printable(metadata.op), printable(folder)));
 }
 
 ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::Device& device,
@@ -179,6 +203,7 @@ ExportedModel ExportedModel::load_torchscript(const std::filesystem::path& path,
     warn_no_metadata(path);
   } else {
     metadata = ModelMetadata::parse(json_text, path.string());
+    check_model_folder(path, *metadata);
     check_operator_available(*metadata, device, path);
   }
   ExportedModel model(path, device, ModelFormat::kTorchScript, std::move(metadata));
@@ -217,6 +242,7 @@ ExportedModel ExportedModel::load_aoti_package(const std::filesystem::path& path
     warn_no_metadata(path);
   } else {
     metadata = ModelMetadata::parse(json_text, path.string());
+    check_model_folder(path, *metadata);
     check_operator_available(*metadata, device, path);
   }
   if (device.is_cpu()) {
@@ -291,6 +317,20 @@ void ExportedModel::check_input(const at::Tensor& x) const {
   }
 }
 
+void ExportedModel::check_output(const at::Tensor& x, const at::Tensor& output) const {
+  if (!metadata_) {
+    return;
+  }
+  std::vector<int64_t> expected = metadata_->output.shape;
+  expected[0] = x.size(0);
+  if (output.sizes().vec() != expected || output.scalar_type() != metadata_->output.dtype) {
+    throw std::runtime_error(fmt::format(
+        "{} returned {} {} for an input of batch {}; its {} says {} {}", display_name(),
+        shape_text(output.sizes()), dtype_name(output.scalar_type()), x.size(0),
+        kMetadataFileName, shape_text(expected), dtype_name(metadata_->output.dtype)));
+  }
+}
+
 at::Tensor ExportedModel::random_input(int64_t batch_size, uint64_t seed) const {
   if (!metadata_) {
     throw UsageError(fmt::format("{} has no {}, so its input shape is unknown; pass --input",
@@ -329,6 +369,12 @@ void ExportedModel::disable_fold_cache() {
 }
 
 at::Tensor ExportedModel::forward(const at::Tensor& x) {
+  at::Tensor output = run_forward(x);
+  check_output(x, output);
+  return output;
+}
+
+at::Tensor ExportedModel::run_forward(const at::Tensor& x) {
   check_input(x);
   c10::InferenceMode no_autograd;
   if (format_ == ModelFormat::kAotiPackage) {

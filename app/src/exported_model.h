@@ -22,11 +22,17 @@ namespace fusedops_app {
 
 class AotiPackage;
 
-// How far the app trusts the files it is given (the --allow-unverified global option).
+// How far the app trusts the files it is given (global options).
 struct LoadOptions {
   // Load a model file whose model folder has no fusedops_manifest.json (a hand-made .pt, an
   // older export), with a warning. A file that a manifest lists is always verified.
+  // (--allow-unverified)
   bool allow_unverified = false;
+  // Follow a symbolic link that leads out of `root` (--allow-external-symlinks).
+  bool allow_external_symlinks = false;
+  // The folder the model file and its manifest must resolve inside, canonical: `check` of a
+  // repository gives the repository; empty means the model's own folder.
+  std::filesystem::path root;
 };
 
 // A model file is read whole into memory (once: the bytes checked are the bytes loaded).
@@ -42,7 +48,8 @@ enum class ModelFormat {
 ModelFormat model_format_of(const std::filesystem::path& path);
 
 // The bytes of a model file, checked against the manifest of its model folder
-// (<model folder>/<version>/<file>). Without a manifest: refused, or with
+// (<model folder>/<version>/<file>), after checking that the file and the manifest resolve
+// inside options.root (default: the model folder). Without a manifest: refused, or with
 // options.allow_unverified read as they are after a warning. Throws UsageError.
 std::vector<char> read_model_file(const std::filesystem::path& path, const LoadOptions& options);
 
@@ -61,7 +68,8 @@ class ExportedModel {
   // damaged or corrupt file, a model folder without a manifest (unless
   // options.allow_unverified), a model that calls an operator this process does not have, an
   // operator with no kernel for the device (libfusedops built without CUDA, say), a .pt2
-  // compiled for another device or for instructions this CPU lacks.
+  // compiled for another device or for instructions this CPU lacks, and a model file that
+  // another model's export wrote (check_model_folder).
   static ExportedModel load(const std::filesystem::path& path, const c10::Device& device,
                             const LoadOptions& options = {});
 
@@ -101,8 +109,14 @@ class ExportedModel {
   // UsageError for a .pt2, where export fixed it, or a model without the attribute.
   void disable_fold_cache();
 
-  // check_input, then forward on the model's device (x is moved there) with autograd off.
+  // check_input, then forward on the model's device (x is moved there) with autograd off,
+  // then check_output. Throws std::runtime_error (a model failing, exit status 1) for an
+  // output that is not what fusedops.json says the model returns.
   at::Tensor forward(const at::Tensor& x);
+
+  // Throws std::runtime_error unless output has fusedops.json's output shape with x's batch,
+  // and its dtype. Without metadata there is nothing to check against.
+  void check_output(const at::Tensor& x, const at::Tensor& output) const;
 
  private:
   ExportedModel(std::filesystem::path path, c10::Device device, ModelFormat format,
@@ -113,6 +127,8 @@ class ExportedModel {
   static ExportedModel load_aoti_package(const std::filesystem::path& path,
                                          const std::vector<char>& bytes,
                                          const c10::Device& device);
+  // forward without check_output.
+  at::Tensor run_forward(const at::Tensor& x);
 
   std::filesystem::path path_;
   c10::Device device_;
@@ -123,6 +139,14 @@ class ExportedModel {
   std::unique_ptr<AotiPackage> aoti_package_;
   std::unordered_map<std::string, std::string> aoti_metadata_;
 };
+
+// A model file in a model folder (<folder>/<version digits>/<file>) must be the model that
+// folder is named after: the folder's name is the model's name (Triton serves it under that
+// name, and config.pbtxt must say it), and export writes that name into fusedops.json. Throws
+// UsageError for another model's file put there ("... holds model fusedops_62_..., operator
+// fusedops::matmul_groupnorm_leakyrelu_sum, but its folder is fusedops_39_..."). A file that is
+// not in a version folder has no folder to belong to.
+void check_model_folder(const std::filesystem::path& path, const ModelMetadata& metadata);
 
 // The fusedops:: operators registered in this process, sorted ("fusedops::version", ...).
 std::vector<std::string> registered_fusedops_operators();

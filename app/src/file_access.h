@@ -1,9 +1,22 @@
-// Reading files the app does not trust, with a bound on how much it reads, and writing files
-// without ever destroying one: a temporary file in the target's folder, renamed over it.
+// The app's one rule for touching files, whichever command and whichever file (a model, a
+// manifest, config.pbtxt, a tensor file, --output):
+// - A file is opened without blocking (O_NONBLOCK: a FIFO opens at once instead of waiting for
+//   a writer that may never come) and its type is read from the open descriptor (fstat) before
+//   a byte is read: anything but a regular file is refused, naming what is there.
+// - Its size is read from that descriptor and compared with what the caller expects (a
+//   manifest's entry, a limit) before the file is read, so that a huge or sparse file costs
+//   nothing; it is read whole, once (the bytes checked are the bytes used).
+// - A file of a model folder must resolve (through links) inside the folder it belongs to.
+// - A file is written to a temporary file next to it and renamed into place, and only a
+//   regular file or nothing is replaced: never a device, FIFO, socket, folder or symbolic link
+//   (renaming over a link replaces the link, not its target; over /dev/null, the device).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,15 +30,70 @@ struct ReadLimit {
   std::string option;
 };
 
-// The whole file, read from one open descriptor (the size checked is the size read). Throws
-// UsageError for a missing or unreadable file, a folder, or a file larger than the limit
-// ("<path> is 3221225472 bytes, more than the 1073741824-byte limit for a tensor file (raise it
-// with --max-tensor-file-mib)").
+// A regular file opened for reading (the rule above), closed when it goes out of scope.
+class RegularFile {
+ public:
+  // Throws UsageError for a missing or unreadable path, and for anything but a regular file
+  // ("<path> is a FIFO (named pipe); expected a tensor file").
+  static RegularFile open(const std::filesystem::path& path, const std::string& what);
+  RegularFile(RegularFile&& other) noexcept;
+  RegularFile& operator=(RegularFile&&) = delete;
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  ~RegularFile();
+
+  const std::filesystem::path& path() const { return path_; }
+  // The size when it was opened.
+  std::uintmax_t size() const { return size_; }
+
+  // The whole file. Throws UsageError when it is larger than the limit (before reading:
+  // "<path> is 3221225472 bytes, more than the 1073741824-byte limit for a tensor file (raise it
+  // with --max-tensor-file-mib)"), when its bytes cannot be held in memory, or when it changes
+  // size while being read.
+  std::vector<char> read_all(const ReadLimit& limit);
+
+ private:
+  RegularFile(int fd, std::filesystem::path path, std::uintmax_t size);
+  int fd_;
+  std::filesystem::path path_;
+  std::uintmax_t size_;
+};
+
+// RegularFile::open(path, limit.what).read_all(limit).
 std::vector<char> read_file_bounded(const std::filesystem::path& path, const ReadLimit& limit);
 
+// What is at path itself (a final symbolic link is not followed): "a regular file", "a
+// symbolic link", "a FIFO (named pipe)", "a character device", ...; nullopt when nothing is.
+// Throws UsageError when path cannot be examined.
+std::optional<std::string> what_is_at(const std::filesystem::path& path);
+
+// Throws UsageError unless path resolves (through links) inside root, which is canonical. A
+// path that does not exist is accepted (its reader reports it missing). allow_outside skips
+// the check (--allow-external-symlinks).
+void check_inside(const std::filesystem::path& path, const std::filesystem::path& root,
+                  bool allow_outside);
+
+// What write_file_atomically may find at its target.
+enum class ExistingFile {
+  kKeep,     // nothing may be there: an existing file is refused
+  kReplace,  // a regular file there is replaced (--force)
+};
+
+// Throws UsageError unless path may be written under that rule: nothing there, or a regular
+// file and kReplace. option names the path in messages ("--output").
+void check_writable(const std::filesystem::path& path, ExistingFile existing,
+                    const std::string& option);
+
 // Writes bytes to a new temporary file in path's folder, flushes it to disk and renames it to
-// path, so that a reader sees the old file or the new one, never a part; a failure leaves the
-// old file as it was and no temporary file behind. Throws UsageError naming path and the cause.
-void write_file_atomically(const std::filesystem::path& path, const std::vector<char>& bytes);
+// path (check_writable's rule, applied again at the rename: with kKeep the rename itself
+// refuses a file that appeared meanwhile), so that a reader sees the old file or the new one,
+// never a part; a failure leaves what was there as it was and no temporary file behind.
+// Throws UsageError naming path and the cause.
+void write_file_atomically(const std::filesystem::path& path, const std::vector<char>& bytes,
+                           ExistingFile existing, const std::string& option);
+
+// The folder temporary files go into: $TMPDIR, or /tmp when it is unset or empty (POSIX: an
+// empty TMPDIR is no TMPDIR). Throws UsageError when it is not a folder.
+std::filesystem::path temporary_folder();
 
 }  // namespace fusedops_app

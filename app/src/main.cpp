@@ -27,6 +27,7 @@ struct GlobalOptions {
   int verbosity = 0;   // -v: debug, -vv: trace
   bool quiet = false;  // warnings and errors only
   bool allow_unverified = false;
+  bool allow_external_symlinks = false;
   int64_t max_tensor_file_mib = static_cast<int64_t>(kDefaultMaxTensorFileBytes >> 20);
 };
 
@@ -78,6 +79,9 @@ void add_global_options(CLI::App& app, GlobalOptions& options) {
   app.add_flag("--allow-unverified", options.allow_unverified,
                "load a model whose folder has no fusedops_manifest.json (a hand-made .pt, an "
                "older export) with a warning; files a manifest lists are always verified");
+  app.add_flag("--allow-external-symlinks", options.allow_external_symlinks,
+               "follow symbolic links that lead out of the model folder (check: out of the "
+               "repository)");
   app.add_option("--max-tensor-file-mib", options.max_tensor_file_mib,
                  "largest tensor file (sample input, reference, --input) read, in MiB")
       ->check(CLI::Range(int64_t{1}, kMaxTensorFileMib))
@@ -135,7 +139,7 @@ int main(int argc, char** argv) {
     }
     spdlog::debug("libtorch CPU threads: {}", at::get_num_threads());
     const c10::Device device = parse_device(global.device);
-    const FileOptions files{{global.allow_unverified},
+    const FileOptions files{{global.allow_unverified, global.allow_external_symlinks, {}},
                             static_cast<std::uintmax_t>(global.max_tensor_file_mib) << 20};
 
     if (info->parsed()) {

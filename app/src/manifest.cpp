@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "app_error.h"
+#include "json_input.h"
 #include "printable.h"
 #include "repository_layout.h"
 
@@ -41,7 +42,7 @@ Manifest Manifest::parse(const std::string& json_text, const std::string& source
   Manifest manifest;
   manifest.source_ = source;
   try {
-    const nlohmann::json json = nlohmann::json::parse(json_text);
+    const nlohmann::json json = parse_json_without_duplicate_keys(json_text, source);
     const int format = json.at("format").get<int>();
     if (format < 1 || format > kManifestFormat) {
       throw UsageError(fmt::format("{} has format {}; this app reads format {}", source, format,
@@ -100,13 +101,16 @@ std::vector<char> Manifest::read_verified(const std::string& relative_name,
                                  "the model folder with scripted/export.py",
                                  path.string(), source_));
   }
-  const std::vector<char> bytes = read_file_bounded(path, limit);
-  if (bytes.size() != entry->second.bytes) {
+  // The size first, from the open file: a file of the wrong size is refused before a byte
+  // of it is read (a sparse 4 GiB model.pt costs nothing).
+  RegularFile file = RegularFile::open(path, limit.what);
+  if (file.size() != entry->second.bytes) {
     throw UsageError(fmt::format("{} is {} bytes, {} says {}: the file is damaged or was changed "
                                  "after export; re-export it",
-                                 path.string(), bytes.size(), kManifestFileName,
+                                 path.string(), file.size(), kManifestFileName,
                                  entry->second.bytes));
   }
+  const std::vector<char> bytes = file.read_all(limit);
   const std::string digest = sha256_hex(bytes.data(), bytes.size());
   if (digest != entry->second.sha256) {
     throw UsageError(fmt::format("{} has SHA-256 {}, {} says {}: the file is damaged or was "

@@ -32,7 +32,7 @@ struct ManifestEntry {
 class Manifest {
  public:
   // Throws UsageError naming source when the text is not a manifest export.py writes: not
-  // JSON, another format, or an entry whose name leaves the folder ("..", an absolute path),
+  // JSON, a key twice in one object, another format, or an entry whose name leaves the folder ("..", an absolute path),
   // holds a control character, or whose digest is not 64 hex digits.
   static Manifest parse(const std::string& json_text, const std::string& source);
 
@@ -44,8 +44,9 @@ class Manifest {
   const std::map<std::string, ManifestEntry>& files() const { return files_; }
 
   // The file's bytes, read once, after checking them against the entry for relative_name
-  // ("1/model.pt", "sample_input.pt"). Throws UsageError when the manifest does not list the
-  // file, or its size or SHA-256 differ.
+  // ("1/model.pt", "sample_input.pt"): its size before reading it, its SHA-256 after. Throws
+  // UsageError when the manifest does not list the file, it is not a regular file, or its
+  // size or SHA-256 differ.
   std::vector<char> read_verified(const std::string& relative_name, const ReadLimit& limit) const;
 
  private:

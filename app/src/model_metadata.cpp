@@ -6,6 +6,7 @@
 #include <map>
 
 #include "app_error.h"
+#include "json_input.h"
 #include "printable.h"
 
 namespace fusedops_app {
@@ -71,7 +72,7 @@ std::string dtype_name(at::ScalarType dtype) {
 ModelMetadata ModelMetadata::parse(const std::string& json_text, const std::string& source) {
   ModelMetadata metadata;
   try {
-    metadata.raw = nlohmann::json::parse(json_text);
+    metadata.raw = parse_json_without_duplicate_keys(json_text, source);
     const auto& json = metadata.raw;
     metadata.format = json.at("format").get<int>();
     if (metadata.format > kMetadataFormat || metadata.format < 1) {

@@ -49,7 +49,7 @@ struct ModelMetadata {
   nlohmann::json raw;       // the whole file, for `info`
 
   // Throws UsageError naming source and the key when the JSON is not what export.py writes:
-  // a missing or mistyped key, a dtype export never writes (only float32, float16, bfloat16),
+  // a missing, mistyped or repeated key, a dtype export never writes (only float32, float16, bfloat16),
   // a shape with a dimension below 1 or more values than an int64 holds.
   static ModelMetadata parse(const std::string& json_text, const std::string& source);
 };

@@ -12,6 +12,7 @@
 #include "aoti_package.h"
 #include "app_error.h"
 #include "device.h"
+#include "file_access.h"
 #include "manifest.h"
 #include "printable.h"
 #include "repository_layout.h"
@@ -34,6 +35,12 @@ bool is_folder(const fs::path& path, std::error_code& error) {
   error.clear();
   const fs::file_status status = fs::status(path, error);
   return !error && status.type() == fs::file_type::directory;
+}
+
+// A hidden entry (".tmp-..."): Triton's model names are the visible folders.
+bool is_hidden(const fs::path& path) {
+  const std::string name = path.filename().string();
+  return !name.empty() && name.front() == '.';
 }
 
 // A model folder is recognised by what export writes into it (config.pbtxt, the manifest) or
@@ -132,29 +139,6 @@ std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::
   return models;
 }
 
-// Throws UsageError when path leads (through links) out of root.
-void check_inside(const fs::path& path, const fs::path& root, const RepositoryReadOptions& options) {
-  if (options.allow_external_symlinks) {
-    return;
-  }
-  std::error_code error;
-  const fs::path resolved = fs::canonical(path, error);
-  if (error) {
-    if (error == std::errc::no_such_file_or_directory) {
-      return;  // reported as missing where it is read
-    }
-    throw UsageError(fmt::format("cannot resolve {}: {}", path.string(), describe(error)));
-  }
-  const auto [root_end, resolved_at] =
-      std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
-  if (root_end != root.end()) {
-    throw UsageError(fmt::format("{} leads to {}, outside {}: a symbolic link out of the "
-                                 "repository is not followed (--allow-external-symlinks "
-                                 "follows it)",
-                                 path.string(), resolved.string(), root.string()));
-  }
-}
-
 // A file of the model folder: verified against the manifest when there is one.
 std::vector<char> read_folder_file(const std::optional<Manifest>& manifest,
                                    const RepositoryModel& model, const std::string& name,
@@ -196,6 +180,9 @@ std::vector<RepositoryModel> find_repository_models(const fs::path& target) {
   fs::directory_iterator entries(absolute, error);
   for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
     const fs::path folder = entries->path();
+    if (is_hidden(folder)) {
+      continue;  // not a model: scripted/export.py builds a folder in .tmp-* before renaming it
+    }
     std::error_code folder_error;
     if (!is_folder(folder, folder_error)) {
       if (folder_error) {  // a link loop, a dangling link: that entry's problem
@@ -262,7 +249,7 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
        {model.folder, model.model_file, model.folder / kManifestFileName,
         model.folder / kTritonConfigName, model.folder / kSampleInputName,
         model.folder / kReferenceOutputName, model.folder / kReferenceOutputFloat64Name}) {
-    check_inside(path, model.root, options);
+    check_inside(path, model.root, options.load.allow_external_symlinks);
   }
   const std::optional<Manifest> manifest = Manifest::load(model.folder);
   if (!manifest && !options.load.allow_unverified) {
@@ -280,7 +267,9 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
   }
   const ReadLimit tensor_limit{options.max_tensor_file_bytes, "tensor file",
                                kMaxTensorFileOption};
-  ExportedModel exported = ExportedModel::load(model.model_file, device, options.load);
+  LoadOptions load = options.load;
+  load.root = model.root;  // links between the repository's folders are followed, as above
+  ExportedModel exported = ExportedModel::load(model.model_file, device, load);
   const std::vector<char> config =
       read_folder_file(manifest, model, kTritonConfigName,
                        {kMaxTritonConfigBytes, "Triton config", ""});

@@ -35,7 +35,8 @@ struct RepositoryModel {
 };
 
 // target is a repository (a folder of model folders), one model folder, or a model file (.pt or
-// .pt2) inside one. Models come sorted by name. A model folder that cannot be read or used is
+// .pt2) inside one. Models come sorted by name; hidden folders (".tmp-*": an export in
+// progress) are not models. A model folder that cannot be read or used is
 // returned with its problem rather than thrown, so that the other models are still checked.
 // Throws UsageError when target does not exist or holds no model folder at all.
 std::vector<RepositoryModel> find_repository_models(const std::filesystem::path& target);
@@ -53,12 +54,11 @@ struct ToleranceOverride {
   std::optional<double> rtol;
 };
 
-// How check reads a model folder's files.
+// How check reads a model folder's files (load.allow_external_symlinks: follow a symbolic link
+// that leads out of the repository).
 struct RepositoryReadOptions {
   LoadOptions load;
   std::uintmax_t max_tensor_file_bytes = kDefaultMaxTensorFileBytes;
-  // Follow a symbolic link that leads out of the repository (--allow-external-symlinks).
-  bool allow_external_symlinks = false;
 };
 
 // Verifies every file the check reads against the model folder's manifest, refuses a file

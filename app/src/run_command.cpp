@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "device.h"
 #include "exported_model.h"
+#include "file_access.h"
 #include "tensor_io.h"
 
 namespace fusedops_app {
@@ -18,22 +19,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+ExistingFile existing_output(const RunOptions& options) {
+  return options.force ? ExistingFile::kReplace : ExistingFile::kKeep;
+}
+
 // Refuses an --output that would destroy something: the model or the input this run read
 // (compared by file system identity, so another name or a hard link is caught too), even with
-// --force; any other existing file without --force; a folder.
+// --force; anything but a regular file, even with --force (file_access.h's rule: never a
+// device, FIFO, socket, folder or symbolic link); any other existing file without --force.
 void check_output_target(const fs::path& output, const RunOptions& options) {
-  std::error_code error;
-  const fs::file_status status = fs::status(output, error);
-  if (status.type() == fs::file_type::not_found) {
+  if (!what_is_at(output)) {
     return;
   }
-  if (error) {
-    throw UsageError(fmt::format("--output {}: {}", output.string(), error.message()));
-  }
-  if (status.type() == fs::file_type::directory) {
-    throw UsageError(fmt::format("--output {} is a folder; expected a file name",
-                                 output.string()));
-  }
+  std::error_code error;
   for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"the model", options.model},
                                    {"the input", options.input}}) {
     if (!path.empty() && fs::equivalent(output, path, error)) {
@@ -42,10 +40,7 @@ void check_output_target(const fs::path& output, const RunOptions& options) {
                                    output.string(), what, path));
     }
   }
-  if (!options.force) {
-    throw UsageError(fmt::format("--output {} exists; pass --force to replace it",
-                                 output.string()));
-  }
+  check_writable(output, existing_output(options), "--output");
 }
 
 }  // namespace
@@ -63,12 +58,15 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
   command->add_option("-o,--output", options.output,
                       "write the output here with torch::pickle_save (Python: torch.load); "
                       "never the model or the input file, an existing file only with --force");
-  command->add_flag("-f,--force", options.force, "replace an existing --output file");
+  command->add_flag("-f,--force", options.force,
+                    "replace an existing --output regular file (never a device, FIFO, socket, "
+                    "folder or symbolic link)");
   command->add_option("-b,--batch", options.batch_size,
                       "batch of the random input (default: the exported batch)")
       ->check(CLI::Range(int64_t{1}, kMaxBatchSize))
       ->excludes("--input");
   command->add_option("--seed", options.seed, "seed of the random input")
+      ->check(CLI::Range(uint64_t{0}, kMaxSeed))
       ->capture_default_str();
   command->add_option("--values", options.first_values, "how many output values to print")
       ->check(CLI::Range(int64_t{0}, kMaxBatchSize))
@@ -110,7 +108,7 @@ int run_run_command(const RunOptions& options, const c10::Device& device,
   fmt::print("time   {:.3f} ms (first call, includes the warm-up)\n", elapsed_ms);
   if (!options.output.empty()) {
     check_output_target(options.output, options);  // again: it may have appeared meanwhile
-    save_tensor_file(output, options.output);
+    save_tensor_file(output, options.output, existing_output(options), "--output");
     spdlog::info("wrote the output to {}", options.output);
   }
   return kExitOk;

@@ -179,7 +179,9 @@ CLI::App* add_stress_command(CLI::App& app, StressOptions& options) {
                       "load / run / unload cycles after the serving runs")
       ->check(CLI::Range(0, 10'000))
       ->capture_default_str();
-  command->add_option("--seed", options.seed, "seed of the inputs")->capture_default_str();
+  command->add_option("--seed", options.seed, "seed of the inputs")
+      ->check(CLI::Range(uint64_t{0}, kMaxSeed))
+      ->capture_default_str();
   command->add_option("--instance-devices", options.instance_devices,
                       "the devices of the instances, in turn (instance t on entry t mod count, "
                       "e.g. cuda:0,cuda:1 as Triton's instance_group gpus: [0, 1]); the "

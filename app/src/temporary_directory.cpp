@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "app_error.h"
+#include "file_access.h"
 
 namespace fusedops_app {
 
@@ -24,11 +25,7 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
 }  // namespace
 
 TemporaryDirectory::TemporaryDirectory(const std::string& purpose) {
-  std::error_code error;
-  const fs::path base = fs::temp_directory_path(error);
-  if (error) {
-    throw UsageError("no temporary folder: " + error.message() + " (check $TMPDIR)");
-  }
+  const fs::path base = temporary_folder();
   std::string pattern = (base / ("fusedops_app-" + purpose + "-XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw UsageError("cannot create a temporary folder in " + base.string() + ": " +

@@ -9,8 +9,9 @@ namespace fusedops_app {
 
 class TemporaryDirectory {
  public:
-  // mkdtemp("<temp>/fusedops_app-<purpose>-XXXXXX"), mode 0700, where <temp> is $TMPDIR or /tmp
-  // (std::filesystem::temp_directory_path). Throws UsageError when it cannot be made.
+  // mkdtemp("<temp>/fusedops_app-<purpose>-XXXXXX"), mode 0700, where <temp> is $TMPDIR, or
+  // /tmp when it is unset or empty (file_access.h's temporary_folder). Throws UsageError when it
+  // cannot be made.
   explicit TemporaryDirectory(const std::string& purpose);
   TemporaryDirectory(const TemporaryDirectory&) = delete;
   TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;

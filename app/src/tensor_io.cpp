@@ -201,8 +201,9 @@ at::Tensor load_tensor_file(const std::filesystem::path& path, std::uintmax_t ma
   return tensor_from_bytes(bytes, path.string(), max_bytes);
 }
 
-void save_tensor_file(const at::Tensor& tensor, const std::filesystem::path& path) {
-  write_file_atomically(path, torch::jit::pickle_save(tensor.detach().cpu()));
+void save_tensor_file(const at::Tensor& tensor, const std::filesystem::path& path,
+                      ExistingFile existing, const std::string& option) {
+  write_file_atomically(path, torch::jit::pickle_save(tensor.detach().cpu()), existing, option);
 }
 
 std::string shape_text(c10::IntArrayRef shape) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "file_access.h"  // ExistingFile
 #include "fusedops/accuracy.h"
 #include "model_metadata.h"  // dtype_name
 
@@ -35,8 +36,10 @@ at::Tensor load_tensor_file(const std::filesystem::path& path,
                             std::uintmax_t max_bytes = kDefaultMaxTensorFileBytes);
 
 // Writes with torch::pickle_save (Python: torch.load(path, weights_only=True)), through a
-// temporary file renamed over path (write_file_atomically).
-void save_tensor_file(const at::Tensor& tensor, const std::filesystem::path& path);
+// temporary file renamed over path (write_file_atomically: what may be replaced, and option
+// names path in messages).
+void save_tensor_file(const at::Tensor& tensor, const std::filesystem::path& path,
+                      ExistingFile existing, const std::string& option);
 
 // "[32, 256]"
 std::string shape_text(c10::IntArrayRef shape);

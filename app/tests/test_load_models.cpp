@@ -229,7 +229,8 @@ TEST(ExportedModelErrors, MissingFileIsAMessage) {
 TEST(ExportedModelErrors, CorruptFileIsAMessage) {
   const fs::path corrupt = fs::temp_directory_path() / "fusedops_test_corrupt_model.pt";
   std::ofstream(corrupt) << "this is not a TorchScript archive";
-  const LoadOptions unverified{/*allow_unverified=*/true};
+  LoadOptions unverified;
+  unverified.allow_unverified = true;
   expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU), unverified); },
                      {"cannot load " + corrupt.string() + " as a TorchScript model"});
   fs::remove(corrupt);
@@ -238,7 +239,8 @@ TEST(ExportedModelErrors, CorruptFileIsAMessage) {
 TEST(ExportedModelErrors, CorruptAotiPackageIsAMessage) {
   const fs::path corrupt = fs::temp_directory_path() / "fusedops_test_corrupt_model.pt2";
   std::ofstream(corrupt) << "this is not an AOTInductor package";
-  const LoadOptions unverified{/*allow_unverified=*/true};
+  LoadOptions unverified;
+  unverified.allow_unverified = true;
   expect_usage_error([&] { ExportedModel::load(corrupt, c10::Device(c10::kCPU), unverified); },
                      {"cannot load " + corrupt.string() + " as an AOTInductor package (.pt2)"});
   fs::remove(corrupt);

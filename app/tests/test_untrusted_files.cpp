@@ -5,14 +5,24 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app_error.h"
 #include "cpu_isa.h"
+#include "file_access.h"
 #include "manifest.h"
 #include "model_metadata.h"
 #include "printable.h"
 #include "repository_layout.h"
+#include "temporary_directory.h"
 #include "tensor_io.h"
 #include "triton_config.h"
 
@@ -178,6 +188,103 @@ TEST(ModelMetadata, RefusesADtypeExportNeverWrites) {
                      "input dtype int64; scripted/export.py writes float32, float16 or bfloat16");
   const std::string zero_width = replace(replace(json, "DTYPE", "float32"), "[32, 256]", "[32, 0]");
   expect_usage_error([&] { ModelMetadata::parse(zero_width, "m"); }, "expected dimensions >= 1");
+}
+
+TEST(Manifest, RefusesARepeatedKey) {
+  // nlohmann keeps the last of two equal keys: a file could say one thing to this app and
+  // another to the next reader (issue 21).
+  const std::string digest(64, 'a');
+  const std::string entry = R"({"sha256": ")" + digest + R"(", "bytes": 3})";
+  const std::string good =
+      R"({"format": 1, "algorithm": "sha256", "files": {"a.pt": )" + entry + "}}";
+  EXPECT_EQ(Manifest::parse(good, "m").files().size(), 1u);
+  for (const auto& [repeated, key] :
+       {std::pair<std::string, std::string>{replace(good, R"("format": 1,)",
+                                                    R"("format": 1, "format": 1,)"),
+                                            "format"},
+        {replace(good, R"("files": {)", R"("files": {"a.pt": )" + entry + ","), "a.pt"},
+        {replace(good, R"("bytes": 3)", R"("bytes": 4, "bytes": 3)"), "bytes"}}) {
+    expect_usage_error([&] { Manifest::parse(repeated, "m"); },
+                       "m: the key \"" + key + "\" appears twice in one object");
+  }
+}
+
+TEST(ModelMetadata, RefusesARepeatedKey) {
+  const std::string json = R"({"format": 2, "model_name": "m", "problem": "98", "name": "n",
+    "op": "fusedops::x", "mode": "eval", "init_args": [], "device": "cpu", "seed": 0,
+    "fusedops_version": "0", "torch_version": "0", "rows_independent": true,
+    "input": {"shape": [32, 256], "dtype": "float32"},
+    "output": {"shape": [32], "dtype": "float32"}})";
+  EXPECT_EQ(ModelMetadata::parse(json, "m").op, "fusedops::x");
+  expect_usage_error(
+      [&] { ModelMetadata::parse(replace(json, R"("op": )", R"("op": "fusedops::y", "op": )"), "m"); },
+      "the key \"op\" appears twice in one object");
+}
+
+TEST(FileAccess, ANonRegularFileIsRefusedWithoutBlocking) {
+  // Opening a FIFO for reading waits for a writer: the app hung on one (issue 21).
+  TemporaryDirectory scratch("test");
+  const auto fifo = scratch.path() / "config.pbtxt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_usage_error([&] { read_file_bounded(fifo, {1 << 20, "Triton config", ""}); },
+                     fifo.string() + " is a FIFO (named pipe); expected a Triton config");
+  expect_usage_error([&] { read_file_bounded("/dev/null", {1 << 20, "tensor file", ""}); },
+                     "/dev/null is a character device; expected a tensor file");
+  expect_usage_error([&] { read_file_bounded(scratch.path(), {1 << 20, "tensor file", ""}); },
+                     "is a folder; expected a tensor file");
+}
+
+TEST(FileAccess, TheSizeIsKnownBeforeReading) {
+  TemporaryDirectory scratch("test");
+  const auto sparse = scratch.path() / "model.pt";
+  std::ofstream(sparse) << "x";
+  std::filesystem::resize_file(sparse, std::uintmax_t{3} << 29);
+  RegularFile file = RegularFile::open(sparse, "model file");
+  EXPECT_EQ(file.size(), std::uintmax_t{3} << 29);
+  expect_usage_error([&] { file.read_all({1 << 20, "model file", ""}); },
+                     "is 1610612736 bytes, more than the 1048576-byte limit for a model file");
+}
+
+TEST(FileAccess, OnlyARegularFileIsEverReplaced) {
+  TemporaryDirectory scratch("test");
+  const auto target = scratch.path() / "target";
+  std::ofstream(target) << "precious";
+  const auto link = scratch.path() / "link";
+  std::filesystem::create_symlink(target, link);
+  const auto fifo = scratch.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [path, kind] : {std::pair<std::filesystem::path, std::string>{link, "a symbolic link"},
+                                   {fifo, "a FIFO (named pipe)"},
+                                   {"/dev/null", "a character device"},
+                                   {scratch.path(), "a folder"}}) {
+    for (const ExistingFile existing : {ExistingFile::kKeep, ExistingFile::kReplace}) {
+      expect_usage_error([&] { write_file_atomically(path, {'x'}, existing, "--output"); },
+                         "--output " + path.string() + " is " + kind +
+                             "; only a regular file is ever replaced");
+    }
+  }
+  EXPECT_EQ(std::filesystem::symlink_status(link).type(), std::filesystem::file_type::symlink);
+  expect_usage_error([&] { write_file_atomically(target, {'x'}, ExistingFile::kKeep, "--output"); },
+                     "exists; pass --force to replace it");
+  write_file_atomically(target, {'n', 'e', 'w'}, ExistingFile::kReplace, "--output");
+  EXPECT_EQ(read_file_bounded(target, {1 << 20, "file", ""}), (std::vector<char>{'n', 'e', 'w'}));
+  const auto fresh = scratch.path() / "fresh";
+  write_file_atomically(fresh, {'a'}, ExistingFile::kKeep, "--output");
+  EXPECT_EQ(read_file_bounded(fresh, {1 << 20, "file", ""}), std::vector<char>{'a'});
+}
+
+TEST(FileAccess, AnEmptyTmpdirMeansTheDefault) {
+  const char* saved = std::getenv("TMPDIR");
+  const std::string restore = saved ? saved : "";
+  ::setenv("TMPDIR", "", 1);
+  EXPECT_EQ(temporary_folder(), std::filesystem::path("/tmp"));
+  ::setenv("TMPDIR", "/nonexistent-fusedops", 1);
+  expect_usage_error([] { temporary_folder(); }, "/nonexistent-fusedops is not a folder");
+  if (saved) {
+    ::setenv("TMPDIR", restore.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
 }
 
 TEST(CpuIsa, RefusesAPackageForInstructionsThisCpuLacks) {

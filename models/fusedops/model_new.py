@@ -10,6 +10,11 @@ ways the version counter cannot see (memcpy into data_ptr(), numpy views edited 
 weights shared with another process). It is a plain attribute: scripted models keep it, and a
 C++ host can set it on a loaded module (module.setattr("cache_folds", false)).
 
+`load_state_dict` of a ModelNew drops the folds of its tensors (a load_state_dict post-hook):
+it writes the weights in place, which the version counters of ordinary tensors show, but a
+model built under torch.inference_mode() holds inference tensors, which have no version counter
+and nothing else that changes when their bytes do, so no cache key could see that write.
+
 `numerics` (keyword-only constructor argument and attribute, "accurate" by default) is how a
 float16/bfloat16 model computes: "accurate" keeps intermediates in float32 and rounds the
 result once (closer to float64 than the reference); "eager" rounds every intermediate to the
@@ -27,6 +32,11 @@ from ._library import load_library
 load_library()
 
 
+def _clear_folds_after_load(module, incompatible_keys):
+    """load_state_dict post-hook of every ModelNew (see the module docstring)."""
+    torch.ops.fusedops.clear_fold_cache([*module.parameters(), *module.buffers()])
+
+
 class ModelNew98(nn.Module):
     def __init__(self, in_features, out_features, pool_kernel_size, scale_factor, *,
                  numerics="accurate"):
@@ -37,6 +47,7 @@ class ModelNew98(nn.Module):
         self.pool_kernel_size = int(pool_kernel_size)
         self.cache_folds = True
         self.numerics: str = numerics
+        self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
         return torch.ops.fusedops.matmul_avgpool_gelu_scale_max(
@@ -51,6 +62,7 @@ class ModelNew18(nn.Module):
         self.linear = nn.Linear(in_features, out_features)
         self.cache_folds = True
         self.numerics: str = numerics
+        self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
         return torch.ops.fusedops.matmul_sum_max_avgpool_logsumexp_logsumexp(
@@ -67,14 +79,19 @@ class ModelNew39(nn.Module):
         self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
         self.cache_folds = True
         self.numerics: str = numerics
+        self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
         bn = self.bn
         running_mean = bn.running_mean
         running_var = bn.running_var
         num_batches_tracked = bn.num_batches_tracked
-        assert running_mean is not None and running_var is not None
-        assert num_batches_tracked is not None
+        if running_mean is None or running_var is None or num_batches_tracked is None:
+            raise RuntimeError(
+                "ModelNew39: bn has no running statistics (BatchNorm1d with "
+                "track_running_stats=False); fusedops.gemm_scale_batchnorm needs "
+                "running_mean, running_var and num_batches_tracked, as Model39's "
+                "BatchNorm1d(out_features) has them")
         return torch.ops.fusedops.gemm_scale_batchnorm(
             x, self.gemm.weight, self.gemm.bias, self.scale, bn.weight, bn.bias,
             running_mean, running_var, num_batches_tracked, bn.training, bn.momentum, bn.eps,
@@ -90,6 +107,7 @@ class ModelNew62(nn.Module):
         self.leaky_relu = nn.LeakyReLU(negative_slope=negative_slope)
         self.cache_folds = True
         self.numerics: str = numerics
+        self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
         return torch.ops.fusedops.matmul_groupnorm_leakyrelu_sum(

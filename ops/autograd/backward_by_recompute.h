@@ -37,6 +37,16 @@ inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at
   return false;
 }
 
+// The fold cache's one rule for gradients (common/fold_cache.h, "When folds are cached"): a call
+// that autograd records with a parameter (any tensor argument but x) requiring grad is a
+// training step or a gradient check, whose weights change between calls, possibly through
+// `.data` where no version counter sees it (torch.autograd.gradcheck perturbs them so). Such a
+// call folds afresh: it gets cache_folds = false. Every Autograd kernel passes its parameters.
+inline bool cache_folds_for_call(
+    bool cache_folds, std::initializer_list<std::reference_wrapper<const at::Tensor>> parameters) {
+  return cache_folds && !needs_autograd(parameters);
+}
+
 // Lives for the whole backward: it sets up the recording of the recomputation (see the
 // guards below) and collects its inputs.
 class BackwardByRecompute {
@@ -73,11 +83,23 @@ class BackwardByRecompute {
     for (size_t i = 0; i < inputs_.size(); ++i) {
       if (needed_[i]) wanted.push_back(inputs_[i]);
     }
+    // An output that depends on no needed input (a fold helper's bias part when only the
+    // weight needs a gradient) was recomputed without a graph: it contributes nothing, and
+    // autograd::grad refuses it.
+    torch::autograd::variable_list recorded, recorded_grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].requires_grad()) {
+        recorded.push_back(outputs[i]);
+        recorded_grads.push_back(grad_outputs[i]);
+      }
+    }
     torch::autograd::variable_list grads(inputs_.size());
     if (wanted.empty()) return grads;
     const torch::autograd::variable_list computed =
-        torch::autograd::grad(outputs, wanted, grad_outputs, /*retain_graph=*/std::nullopt,
-                              create_graph_, /*allow_unused=*/true);
+        recorded.empty() ? torch::autograd::variable_list(wanted.size())
+                         : torch::autograd::grad(recorded, wanted, recorded_grads,
+                                                 /*retain_graph=*/std::nullopt, create_graph_,
+                                                 /*allow_unused=*/true);
     size_t next = 0;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       if (!needed_[i]) continue;

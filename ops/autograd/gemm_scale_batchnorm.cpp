@@ -129,10 +129,12 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
-                               running_var, num_batches_tracked, training);
-  return GemmScaleBatchnormFunction::apply(x, weight, bias, scale, bn_weight, bn_bias,
-                                           running_mean, running_var, num_batches_tracked,
-                                           training, momentum, eps, cache_folds, numerics);
+                               running_var, num_batches_tracked, training, eps);
+  return GemmScaleBatchnormFunction::apply(
+      x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var, num_batches_tracked,
+      training, momentum, eps,
+      autograd::cache_folds_for_call(cache_folds, {weight, bias, scale, bn_weight, bn_bias}),
+      numerics);
 }
 
 }  // namespace

@@ -103,8 +103,9 @@ at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at:
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
-  return MatmulAvgpoolGeluScaleMaxFunction::apply(x, weight, bias, pool_kernel_size,
-                                                  scale_factor, cache_folds, numerics);
+  return MatmulAvgpoolGeluScaleMaxFunction::apply(
+      x, weight, bias, pool_kernel_size, scale_factor,
+      autograd::cache_folds_for_call(cache_folds, {weight, bias}), numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear_autograd(const at::Tensor& weight,

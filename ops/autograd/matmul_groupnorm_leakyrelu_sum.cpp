@@ -84,9 +84,9 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
-  return MatmulGroupnormLeakyreluSumFunction::apply(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds,
-                                                    numerics);
+  return MatmulGroupnormLeakyreluSumFunction::apply(
+      x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
+      autograd::cache_folds_for_call(cache_folds, {weight, bias, gn_weight, gn_bias}), numerics);
 }
 
 }  // namespace

@@ -87,8 +87,8 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor&
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
-  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias, cache_folds,
-                                                              numerics);
+  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(
+      x, weight, bias, autograd::cache_folds_for_call(cache_folds, {weight, bias}), numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear_autograd(const at::Tensor& weight,

@@ -110,11 +110,14 @@ void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const a
                           const at::Tensor& scale, const at::Tensor& bn_weight,
                           const at::Tensor& bn_bias, const at::Tensor& running_mean,
                           const at::Tensor& running_var, const at::Tensor& num_batches_tracked,
-                          bool training) {
+                          bool training, double eps) {
   constexpr const char* op = "gemm_scale_batchnorm";
   linear_shapes(op, x, weight, bias);
   const at::ScalarType dtype = params_dtype(x, bias);
   params_dtype_is(op, "bias", bias, x, dtype);
+  // As torch.nn.functional.batch_norm (a ValueError there too): eps keeps the normalization
+  // away from a division by zero. Written so that NaN passes, as it does there.
+  TORCH_CHECK_VALUE(!(eps <= 0.0), op, ": eps must be positive, got ", eps);
   const c10::SymInt& batch = x.sym_size(0);
   const c10::SymInt& out = weight.sym_size(0);
   floating(op, "scale", scale);

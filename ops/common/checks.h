@@ -46,7 +46,7 @@ void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const a
                           const at::Tensor& scale, const at::Tensor& bn_weight,
                           const at::Tensor& bn_bias, const at::Tensor& running_mean,
                           const at::Tensor& running_var, const at::Tensor& num_batches_tracked,
-                          bool training);
+                          bool training, double eps);
 void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
                                     const at::Tensor& bias, int64_t num_groups,
                                     const at::Tensor& gn_weight, const at::Tensor& gn_bias);

@@ -154,6 +154,16 @@ struct Entry {
     g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   }
 
+  // Whether this entry is the fold asked for: its kind and parameter, and the same secondary
+  // source tensors (the bias). Whether it is still valid is matches().
+  bool is_for(const FoldKind* k, int64_t p, c10::ArrayRef<at::Tensor> src) const {
+    if (kind != k || param != p || src.size() != sources.size()) return false;
+    for (size_t i = 1; i < src.size(); ++i) {
+      if (sources[i].impl != src[i].unsafeGetTensorImpl()) return false;
+    }
+    return true;
+  }
+
   bool matches(c10::ArrayRef<at::Tensor> src) const {
     if (src.size() != sources.size()) return false;
     for (size_t i = 0; i < src.size(); ++i) {
@@ -208,7 +218,7 @@ struct Entry {
 // A weight's folds; attached to the weight's TensorImpl and destroyed with it.
 struct Anchor final : c10::BackendMeta {
   std::mutex mutex;
-  std::vector<std::unique_ptr<Entry>> entries;  // at most kMaxFoldsPerWeight
+  std::vector<std::unique_ptr<Entry>> entries;  // within the bounds of fold_cache.h
   uint64_t uses = 0;                             // a clock for the least-recently-used entry
 
   Anchor() {
@@ -234,11 +244,27 @@ struct Anchor final : c10::BackendMeta {
     return {};
   }
 
-  Entry* find(const FoldKind* kind, int64_t param) {
+  Entry* find(const FoldKind* kind, int64_t param, c10::ArrayRef<at::Tensor> sources) {
     for (auto& e : entries) {
-      if (e->kind == kind && e->param == param) return e.get();
+      if (e->is_for(kind, param, sources)) return e.get();
     }
     return nullptr;
+  }
+
+  int64_t bytes() const {
+    int64_t total = 0;
+    for (const auto& e : entries) total += e->bytes;
+    return total;
+  }
+
+  // Moves the least recently used entry out (to be freed once the lock is released).
+  std::unique_ptr<Entry> take_least_recently_used() {
+    const auto oldest = std::min_element(
+        entries.begin(), entries.end(),
+        [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+    std::unique_ptr<Entry> taken = std::move(*oldest);
+    entries.erase(oldest);
+    return taken;
   }
 };
 
@@ -270,7 +296,7 @@ Slot::Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> source
   anchor_ = anchor_of(sources[0]);
   if (!anchor_) return;
   lock_ = std::unique_lock<std::mutex>(anchor_->mutex);
-  entry_ = anchor_->find(&kind, param);
+  entry_ = anchor_->find(&kind, param, sources);
 }
 
 Slot::~Slot() = default;
@@ -286,7 +312,7 @@ const FoldTensors* Slot::hit() {
     auto& entries = anchor_->entries;
     const auto it = std::find_if(entries.begin(), entries.end(),
                                  [&](const auto& e) { return e.get() == entry_; });
-    retired_ = std::move(*it);
+    retired_.push_back(std::move(*it));
     entries.erase(it);
     entry_ = nullptr;
     return nullptr;
@@ -309,12 +335,17 @@ FoldTensors Slot::store(FoldTensors made) {
   }
 #endif
   auto& entries = anchor_->entries;
-  if (entries.size() >= kMaxFoldsPerWeight) {
-    const auto oldest = std::min_element(
-        entries.begin(), entries.end(),
-        [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
-    retired_ = std::move(*oldest);  // only one can retire per lookup: a stale one did not
-    entries.erase(oldest);
+  // Room for the new fold within the weight's bounds, least recently used out first. The new
+  // fold itself is always kept (one fold is at most twice its weight's size).
+  const at::Tensor& weight = sources_[0];
+  const int64_t budget = kMaxFoldBytesPerWeightBytes *
+                         static_cast<int64_t>(weight.numel() * weight.element_size());
+  const int64_t needed = bytes_of(made);
+  int64_t held = anchor_->bytes();
+  while (!entries.empty() &&
+         (entries.size() >= kMaxFoldsPerWeight || held + needed > budget)) {
+    retired_.push_back(anchor_->take_least_recently_used());
+    held -= retired_.back()->bytes;
   }
   auto entry = std::make_unique<Entry>(kind_, param_, sources_, std::move(made));
   entry->last_use = ++anchor_->uses;
@@ -335,6 +366,21 @@ FoldCacheStats fold_cache_stats() {
   stats.bytes = g_bytes.load(std::memory_order_relaxed);
   stats.misses = g_misses.load(std::memory_order_relaxed);
   return stats;
+}
+
+void clear_fold_cache(at::TensorList weights) {
+  using namespace fold_cache_detail;
+  std::vector<std::unique_ptr<Entry>> dropped;  // freed after the locks, as below
+  for (const at::Tensor& weight : weights) {
+    if (!weight.defined()) continue;
+    const c10::intrusive_ptr<c10::BackendMeta> meta =
+        weight.unsafeGetTensorImpl()->get_backend_meta_intrusive_ptr();
+    auto* anchor = dynamic_cast<Anchor*>(meta.get());
+    if (anchor == nullptr) continue;
+    std::lock_guard<std::mutex> anchor_lock(anchor->mutex);
+    for (auto& e : anchor->entries) dropped.push_back(std::move(e));
+    anchor->entries.clear();
+  }
 }
 
 void clear_fold_cache() {

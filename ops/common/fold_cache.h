@@ -12,21 +12,39 @@
 // anchor owns that weight's folds. When the weight tensor dies (its model is freed, or
 // `param.data = ...` replaces its data), the anchor dies with it and the folds are freed at that
 // moment, on that thread, not at some later call. Detached aliases (`w.detach()`) are separate
-// tensors with their own anchors. Each weight holds at most kMaxFoldsPerWeight folds (one per
-// fold kind and parameter); each fold is at most twice its weight's size (the 3xTF32 split),
-// so the cache holds at most 2 x kMaxFoldsPerWeight x the live weights, and nothing for dead
-// ones. fold_cache_stats() reports the entries and bytes.
+// tensors with their own anchors. A weight keeps its folds, least recently used first out,
+// within two bounds: their bytes at most kMaxFoldBytesPerWeightBytes times the weight's own
+// bytes, and at most kMaxFoldsPerWeight of them. The bytes bound is what limits memory (the
+// cache holds at most that multiple of the live weights, and nothing for dead ones); it is
+// wide enough for every fold one weight serves at once (a model 98 weight shared by models of
+// eight pool sizes holds W/k for each, at most 2.7 x W; a 3xTF32 split is 2 x W), so that
+// such a weight never evicts a fold it is about to use again. fold_cache_stats() reports the
+// entries and bytes.
 //
 // Validity. A fold is reused only while every source tensor is the same tensor with the same
 // data pointer, sizes, strides, dtype and device and, for ordinary tensors, the same version
 // counter (bumped by every in-place write: optimizer steps, load_state_dict, w.mul_(2)).
-// Inference tensors (made under torch.inference_mode / c10::InferenceMode, as Triton loads its
-// models) have no version counter: they are cached by identity alone, so an in-place edit of
-// an inference tensor inside inference mode is not seen; call clear_fold_cache() after one.
-// Writes the version counter cannot see at all (a host that memcpy's into data_ptr(), weights
-// aliasing a numpy array edited in place, share_memory() weights written by another process)
-// need either clear_fold_cache() after each write or cache_folds=False on the model (every
-// call then computes its fold afresh: exact, uncached).
+// A fold is keyed by its kind, its parameter and its secondary sources (the bias): weights
+// shared by several models with other biases keep one fold each.
+//
+// When folds are cached at all (the one rule, applied by the Autograd kernels,
+// autograd/backward_by_recompute.h): not for a call that autograd records with a weight that
+// requires grad. That is a training step or a gradient check: its weights change between calls,
+// possibly in ways no version counter sees (torch.autograd.gradcheck perturbs them through
+// `.data`), and a cached fold would buy nothing there. Inference mode, torch.no_grad() and
+// frozen weights use the cache; an eval-mode forward with grad mode on and parameters that
+// require grad is recorded, so it folds afresh.
+//
+// Writes no cache can see, because nothing about the tensor changes but its bytes (remedy:
+// clear_fold_cache() after the write, or cache_folds=False on the model):
+// - in-place writes to an inference tensor (made under torch.inference_mode /
+//   c10::InferenceMode, as Triton loads its models), which has no version counter, made inside
+//   inference mode (ModelNew's load_state_dict clears its own folds, models/fusedops);
+// - writes through `tensor.data` or `detach()` (another tensor, with its own version counter)
+//   in a call that does not need gradients;
+// - writes to the storage: `untyped_storage().copy_()`, `storage().fill_()`;
+// - writes from outside torch: a host that memcpy's into data_ptr(), a numpy array aliasing the
+//   weight, share_memory() weights written by another process.
 //
 // Threads. Lookups of different weights share no lock (a mutex per weight, and a striped lock
 // only to attach an anchor); a steady-state hit allocates nothing and compares no strings.
@@ -53,6 +71,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "fusedops/fusedops.h"  // FoldCacheStats, fold_cache_stats(), clear_fold_cache()
 
@@ -67,7 +86,9 @@ struct FoldKind {
 };
 
 inline constexpr size_t kMaxFoldTensors = 2;
-inline constexpr size_t kMaxFoldsPerWeight = 4;
+// The bounds on one weight's folds (see Ownership above).
+inline constexpr size_t kMaxFoldsPerWeight = 16;
+inline constexpr int64_t kMaxFoldBytesPerWeightBytes = 4;
 
 // A fold's tensors (unused slots undefined). A fixed array: a hit copies two handles and
 // allocates nothing.
@@ -99,7 +120,8 @@ class Slot {
   int64_t param_;
   c10::ArrayRef<at::Tensor> sources_;
   c10::intrusive_ptr<Anchor> anchor_;  // null: not cacheable, compute every time
-  std::unique_ptr<Entry> retired_;     // a stale fold, freed after the lock is released
+  // Stale or evicted folds, freed after the lock is released.
+  std::vector<std::unique_ptr<Entry>> retired_;
   std::unique_lock<std::mutex> lock_;
   Entry* entry_ = nullptr;
 };

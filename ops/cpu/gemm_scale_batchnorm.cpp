@@ -143,7 +143,7 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
                                     c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
-                               running_var, num_batches_tracked, training);
+                               running_var, num_batches_tracked, training, eps);
   const int64_t batch = x.size(0);
   const int64_t features = weight.size(0);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());

@@ -23,7 +23,7 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                                      c10::string_view numerics) {
   const Numerics mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
-                               running_var, num_batches_tracked, training);
+                               running_var, num_batches_tracked, training, eps);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), n = weight.size(0);
   // x's dtype, or float32 in the autocast form (common/checks.h).

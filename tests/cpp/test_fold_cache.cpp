@@ -121,15 +121,76 @@ TEST(FoldCache, ClearFreesEveryFoldNow) {
   EXPECT_EQ(fold.calls, 2);
 }
 
-TEST(FoldCache, AtMostFourFoldsPerWeight) {
+TEST(FoldCache, AWeightKeepsEveryFoldItServesInTurn) {
+  // Issue 21: one weight shared by models of eight pool sizes (a fold each), called in turn.
+  // With four folds a weight, every call missed.
+  const at::Tensor w = at::randn({64, 32});
+  const at::Tensor b = at::randn({64});
+  CountingFold fold;
+  for (int round = 0; round < 5; ++round) {
+    for (int64_t param = 1; param <= 8; ++param) lookup(w, b, fold, true, param);
+  }
+  EXPECT_EQ(fold.calls, 8);
+}
+
+TEST(FoldCache, AWeightsFoldsAreBoundedInNumber) {
   const at::Tensor w = at::randn({16, 8});
   const at::Tensor b = at::randn({16});
   CountingFold fold;
   const int64_t entries = fold_cache_stats().entries;
-  for (int64_t param = 0; param < 7; ++param) lookup(w, b, fold, true, param);
+  const auto folds = static_cast<int64_t>(kMaxFoldsPerWeight) + 3;
+  for (int64_t param = 0; param < folds; ++param) lookup(w, b, fold, true, param);
   EXPECT_EQ(fold_cache_stats().entries, entries + static_cast<int64_t>(kMaxFoldsPerWeight));
-  lookup(w, b, fold, true, 6);  // the most recent one is still there
-  EXPECT_EQ(fold.calls, 7);
+  lookup(w, b, fold, true, folds - 1);  // the most recent one is still there
+  EXPECT_EQ(fold.calls, folds);
+  lookup(w, b, fold, true, 0);  // the least recently used one went first
+  EXPECT_EQ(fold.calls, folds + 1);
+}
+
+TEST(FoldCache, AWeightsFoldsAreBoundedInBytes) {
+  // Folds as large as the weight: at most kMaxFoldBytesPerWeightBytes of them stay.
+  const at::Tensor w = at::randn({64, 32});
+  const at::Tensor b = at::randn({64});
+  const int64_t weight_bytes = w.numel() * static_cast<int64_t>(w.element_size());
+  const int64_t bytes = fold_cache_stats().bytes;
+  int calls = 0;
+  auto large_fold = [&](int64_t param) {
+    return fold_weights(kTestFold, param, {w, b}, true, [&] {
+      ++calls;
+      return FoldTensors{w * 2.0, at::Tensor()};
+    });
+  };
+  for (int64_t param = 0; param < 10; ++param) large_fold(param);
+  EXPECT_LE(fold_cache_stats().bytes - bytes, kMaxFoldBytesPerWeightBytes * weight_bytes);
+  EXPECT_GE(fold_cache_stats().bytes - bytes, weight_bytes);
+  large_fold(9);  // the newest fold is kept
+  EXPECT_EQ(calls, 10);
+}
+
+TEST(FoldCache, AWeightSharedWithOtherBiasesKeepsOneFoldEach) {
+  // Two models tying one weight, each with its own bias: neither evicts the other's fold.
+  const at::Tensor w = at::randn({16, 8});
+  const at::Tensor b1 = at::randn({16});
+  const at::Tensor b2 = at::randn({16});
+  CountingFold fold;
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_TRUE(at::allclose(lookup(w, b1, fold)[1], b1.sum()));
+    EXPECT_TRUE(at::allclose(lookup(w, b2, fold)[1], b2.sum()));
+  }
+  EXPECT_EQ(fold.calls, 2);
+}
+
+TEST(FoldCache, ClearingTheFoldsOfSomeWeightsKeepsTheOthers) {
+  const at::Tensor w1 = at::randn({16, 8});
+  const at::Tensor w2 = at::randn({16, 8});
+  const at::Tensor b = at::randn({16});
+  CountingFold fold;
+  lookup(w1, b, fold);
+  lookup(w2, b, fold);
+  clear_fold_cache({w1});
+  lookup(w1, b, fold);
+  lookup(w2, b, fold);
+  EXPECT_EQ(fold.calls, 3);
 }
 
 TEST(FoldCache, InferenceTensorsAreCachedByIdentity) {

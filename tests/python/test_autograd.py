@@ -36,15 +36,6 @@ GRAD_TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10),
             torch.float32: dict(rtol=1e-4, atol=1e-5)}
 
 
-def uncached(op):
-    """gradcheck perturbs inputs through .data, which the weight-fold cache cannot see
-    (test_weights.py): clear it before every evaluation."""
-    def run(*args):
-        ops.clear_fold_cache()
-        return op(*args)
-    return run
-
-
 def leaf(*shape, dtype=torch.float64, offset=0.0):
     return (torch.randn(*shape, dtype=dtype) + offset).requires_grad_()
 
@@ -58,13 +49,12 @@ def linear_leaves(batch=3, n_in=5, n_out=8):
 @pytest.mark.parametrize("k,scale_factor", [(3, 2.0), (3, -0.7), (8, 1.5)],
                          ids=["k3", "k3-negative-scale", "one-window"])
 def test_gradcheck_matmul_avgpool_gelu_scale_max(k, scale_factor):
-    op = uncached(lambda x, w, b: ops.matmul_avgpool_gelu_scale_max(x, w, b, k, scale_factor))
+    op = lambda x, w, b: ops.matmul_avgpool_gelu_scale_max(x, w, b, k, scale_factor)  # noqa: E731
     assert gradcheck(op, linear_leaves())
 
 
 def test_gradcheck_matmul_sum_max_avgpool_logsumexp_logsumexp():
-    op = uncached(ops.matmul_sum_max_avgpool_logsumexp_logsumexp)
-    assert gradcheck(op, linear_leaves())
+    assert gradcheck(ops.matmul_sum_max_avgpool_logsumexp_logsumexp, linear_leaves())
 
 
 @pytest.mark.parametrize("momentum", [0.1, None], ids=["momentum", "cumulative"])
@@ -98,15 +88,55 @@ def test_gradcheck_fold_helpers():
     assert gradcheck(lambda w, b: ops.sum_fold_linear(w, b), (w, b))
 
 
+def test_gradcheck_of_the_weight_alone_issue_21():
+    """The issue's reproduction, default arguments: gradcheck perturbs W through .data, which
+    no version counter sees; a call that needs W's gradient no longer uses the fold cache."""
+    x = torch.randn(5, 6, dtype=torch.double)
+    b = torch.randn(8, dtype=torch.double)
+    W = torch.randn(8, 6, dtype=torch.double, requires_grad=True)
+    assert gradcheck(lambda W: ops.matmul_sum_max_avgpool_logsumexp_logsumexp(x, W, b), (W,))
+
+
+def _one_input_cases():
+    """Every operator with its default arguments and the tensor arguments gradcheck may
+    perturb, by name (running statistics are buffers, never differentiated)."""
+    x, w, b = (t.detach() for t in linear_leaves())
+    vec = lambda offset=0.0: torch.randn(8, dtype=torch.float64) + offset  # noqa: E731
+    rm, rv = torch.randn(8, dtype=torch.float64), torch.rand(8, dtype=torch.float64) + 0.5
+    return {
+        "98": (lambda x, w, b: ops.matmul_avgpool_gelu_scale_max(x, w, b, 3, 2.0),
+               dict(x=x, w=w, b=b)),
+        "18": (ops.matmul_sum_max_avgpool_logsumexp_logsumexp, dict(x=x, w=w, b=b)),
+        "39": (lambda x, w, b, s, g, be: ops.gemm_scale_batchnorm(
+                   x, w, b, s, g, be, rm.clone(), rv.clone(), torch.tensor(2), True, 0.1, 1e-5),
+               dict(x=x, w=w, b=b, s=vec(), g=vec(1.0), be=vec())),
+        "62": (lambda x, w, b, g, be: ops.matmul_groupnorm_leakyrelu_sum(x, w, b, 2, g, be, 1e-5,
+                                                                          0.1),
+               dict(x=x, w=w, b=b, g=vec(1.0), be=vec())),
+        "avgpool_fold_linear": (lambda w, b: ops.avgpool_fold_linear(w, b, 3), dict(w=w, b=b)),
+        "sum_fold_linear": (ops.sum_fold_linear, dict(w=w, b=b)),
+    }
+
+
+@pytest.mark.parametrize("case,name", [(c, n) for c, (_, args) in _one_input_cases().items()
+                                       for n in args])
+def test_gradcheck_with_respect_to_each_input_alone(case, name):
+    """gradcheck of every op with respect to each of its inputs on its own (the others plain
+    tensors), default arguments (the fold cache on): issue 21."""
+    op, args = _one_input_cases()[case]
+    args = {n: (t.clone().requires_grad_() if n == name else t) for n, t in args.items()}
+    assert gradcheck(op, tuple(args.values()))
+
+
 def _double_backward_cases():
     rm, rv = torch.randn(8, dtype=torch.float64), torch.rand(8, dtype=torch.float64) + 0.5
     bn = lambda training: lambda x, w, b, s, g, be: ops.gemm_scale_batchnorm(  # noqa: E731
         x, w, b, s, g, be, rm.clone(), rv.clone(), torch.tensor(0), training, 0.1, 1e-5)
     bn_args = lambda: (*linear_leaves(), leaf(8), leaf(8, offset=1.0), leaf(8))  # noqa: E731
     return {
-        "98": (uncached(lambda x, w, b: ops.matmul_avgpool_gelu_scale_max(x, w, b, 3, 2.0)),
+        "98": (lambda x, w, b: ops.matmul_avgpool_gelu_scale_max(x, w, b, 3, 2.0),
                linear_leaves),
-        "18": (uncached(ops.matmul_sum_max_avgpool_logsumexp_logsumexp), linear_leaves),
+        "18": (ops.matmul_sum_max_avgpool_logsumexp_logsumexp, linear_leaves),
         "39-train": (bn(True), bn_args),
         "39-eval": (bn(False), bn_args),
         "62": (lambda x, w, b, g, be: ops.matmul_groupnorm_leakyrelu_sum(x, w, b, 2, g, be,

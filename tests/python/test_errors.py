@@ -314,6 +314,36 @@ def test_model39_running_mean_wrong_size(device):
             new(x)
 
 
+@pytest.mark.parametrize("eps", [0.0, -1e-5])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_model39_eps_must_be_positive(eps, train, device):
+    """F.batch_norm raises ValueError for eps <= 0; ModelNew39 ran (issue 21)."""
+    Ref, New = classes("39")
+    ref, new = Ref(32, 48, (48,), eps=eps).to(device), New(32, 48, (48,), eps=eps).to(device)
+    x = torch.rand(4, 32, device=device)
+    for m in (ref, new):
+        m.train(train)
+        with pytest.raises(ValueError, match="eps must be positive, but got|eps must be "
+                                             "positive, got"):
+            m(x)
+    with pytest.raises(ValueError, match=lit(f"gemm_scale_batchnorm: eps must be positive, got "
+                                             f"{eps:g}")):
+        new(x)
+
+
+def test_model39_without_running_statistics_is_a_clear_error(device):
+    """BatchNorm1d(track_running_stats=False) in place of Model39's: a message naming it, not a
+    bare AssertionError (issue 21)."""
+    _, new = make_pair("39", SMALL_ARGS["39"], device=device)
+    new.bn = torch.nn.BatchNorm1d(48, track_running_stats=False).to(device)
+    with pytest.raises(RuntimeError, match=lit("bn has no running statistics (BatchNorm1d with "
+                                               "track_running_stats=False)")):
+        new(torch.rand(4, 32, device=device))
+    scripted = torch.jit.script(new)
+    with pytest.raises(torch.jit.Error, match="track_running_stats=False"):
+        scripted(torch.rand(4, 32, device=device))
+
+
 def test_model62_num_groups(device):
     Ref, New = classes("62")
     with pytest.raises(ValueError):

@@ -554,3 +554,272 @@ def test_train_mode_39_is_not_batched_by_triton(tmp_path):
     resign_manifest(folder)
     result = run_app("check", folder)
     assert result.returncode == 2 and "dynamic_batching must be absent" in result.stdout
+
+
+# --- issue 21: hostile users ---------------------------------------------------------------------
+# Each test failed on the app and export before issue 21's fix.
+
+
+def make_special_file(kind: str, path: Path, tmp_path: Path) -> Path | None:
+    """Makes a non-regular file at path; returns the file a symbolic link points to."""
+    if kind == "FIFO (named pipe)":
+        os.mkfifo(path)
+    elif kind == "symbolic link":
+        target = tmp_path / "link_target.pt"
+        target.write_bytes(b"precious")
+        path.symlink_to(target)
+        return target
+    elif kind == "character device":
+        # As root the old app replaced the system's /dev/null: a device of our own instead.
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return None
+
+
+@pytest.mark.parametrize("kind", ["FIFO (named pipe)", "symbolic link", "character device"])
+def test_run_output_force_replaces_nothing_but_a_regular_file(folder98, tmp_path, kind):
+    if kind == "character device" and os.geteuid() != 0:
+        output = Path("/dev/null")  # not ours to replace, nor, without root, the app's
+    else:
+        output = tmp_path / "output"
+        target = make_special_file(kind, output, tmp_path)
+    before = os.lstat(output)
+    for force in (["--force"], []):  # --force first: the case that destroyed files
+        result = run_app("run", folder98 / "1" / "model.pt", "--output", output, *force,
+                         timeout=60)
+        assert_refused(result, f"--output {output} is a {kind}",
+                       "only a regular file is ever replaced")
+    after = os.lstat(output)
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (
+        before.st_mode, before.st_ino, before.st_rdev)
+    if kind == "symbolic link":
+        assert target.read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("which", ["config.pbtxt", MANIFEST, "--input"])
+def test_fifo_where_a_file_is_expected_is_refused_at_once(folder98, tmp_path, which):
+    """A file is opened without blocking and its type checked before reading: a FIFO used to
+    hang check and run until killed."""
+    model = folder98 / "1" / "model.pt"
+    fifo = tmp_path / "input.pt" if which == "--input" else folder98 / which
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    commands = {"config.pbtxt": [["check", folder98]],
+                MANIFEST: [["check", folder98], ["run", model]],
+                "--input": [["run", model, "--input", fifo]]}[which]
+    for command in commands:
+        try:
+            result = run_app(*command, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"fusedops_app {command[0]} hung on a FIFO as {which}")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"{fifo} is a FIFO (named pipe)" in result.stdout + result.stderr
+
+
+MEASURE_CHILD = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+                 "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def test_model_file_of_the_wrong_size_is_refused_before_it_is_read(folder98):
+    """A 1.5 GiB sparse model.pt: read whole (1.9 GB of memory, 5 s; a 4 GiB one under a
+    memory limit ended in std::bad_alloc, exit status 1) before its size was compared with
+    the manifest's."""
+    model = folder98 / "1" / "model.pt"
+    listed = model.stat().st_size
+    with open(model, "r+b") as file:
+        file.truncate(3 << 29)
+    result = subprocess.run([sys.executable, "-c", MEASURE_CHILD, str(APP), "info", str(model)],
+                            capture_output=True, text=True, timeout=120)
+    status, max_rss_kib = map(int, result.stdout.splitlines()[-1].split())
+    assert status == 2, result.stdout + result.stderr
+    assert f"{model} is 1610612736 bytes, {MANIFEST} says {listed}" in result.stderr
+    assert max_rss_kib < 1 << 20, f"the app held {max_rss_kib} KiB: it read the file"
+
+
+@pytest.mark.parametrize("pair", [("98", "18"), ("18", "98")], ids=["98-in-18", "18-in-98"])
+@pytest.mark.parametrize("command", ["check", "run", "info", "bench", "stress"])
+def test_model_of_another_folder_is_refused_before_running(repo, tmp_path, pair, command):
+    """Another model's model.pt in a folder (the manifest re-signed over it): check said FAIL
+    (a kernel bug, it read) or a config error, run, bench and stress ran it, info named the
+    other operator."""
+    names = {"98": NAME_98, "18": NAME_18}
+    copy = Path(shutil.copytree(repo, tmp_path / "repo"))
+    foreign, folder = copy / names[pair[0]], copy / names[pair[1]]
+    shutil.copyfile(foreign / "1" / "model.pt", folder / "1" / "model.pt")
+    resign_manifest(folder)
+    target = folder if command == "check" else folder / "1" / "model.pt"
+    extra = {"bench": ["--iters", 1, "--batch", 2],
+             "stress": ["--calls", 4, "--instances", 2, "--unload-cycles", 0]}.get(command, [])
+    result = run_app(command, target, *extra)
+    op = {"98": "matmul_avgpool_gelu_scale_max",
+          "18": "matmul_sum_max_avgpool_logsumexp_logsumexp"}[pair[0]]
+    assert_refused(result, f"holds model {names[pair[0]]} (operator fusedops::{op}), but its "
+                           f"model folder is {names[pair[1]]}")
+    if command == "check":
+        assert result.stdout.startswith(f"ERROR {names[pair[1]]}:"), result.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "info", "bench", "stress"])
+def test_symlink_out_of_the_model_folder_is_refused_by_every_command(folder98, tmp_path,
+                                                                     command):
+    """check refused a model file that is a link out of its folder; the other commands
+    followed it."""
+    model = folder98 / "1" / "model.pt"
+    outside = tmp_path / "elsewhere.pt"
+    shutil.move(model, outside)
+    model.symlink_to(outside)
+    extra = {"bench": ["--iters", 1, "--batch", 2],
+             "stress": ["--calls", 4, "--instances", 2, "--unload-cycles", 0]}.get(command, [])
+    assert_refused(run_app(command, model, *extra), f"leads to {outside}, outside",
+                   "--allow-external-symlinks")
+    result = run_app(command, model, *extra, "--allow-external-symlinks")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("batches", ["1,,2", "1,2,", ",1"])
+def test_bench_batch_list_with_an_empty_entry_is_refused(folder98, batches):
+    result = run_app("bench", folder98 / "1" / "model.pt", "--batch", batches, "--iters", 1)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "expected batch sizes from 1 to 16777216 separated by commas" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "stress"])
+def test_app_seed_is_bounded(folder98, command):
+    """--seed -1 was taken as 2^64 - 1."""
+    result = run_app(command, folder98 / "1" / "model.pt", "--seed", -1)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--seed" in result.stderr and "not in range" in result.stderr
+
+
+def test_output_that_contradicts_fusedops_json_fails(folder98):
+    """run, bench and stress did not compare the output with fusedops.json's."""
+    model = folder98 / "1" / "model.pt"
+
+    def transform(name: str, data: bytes) -> bytes:
+        if name.endswith("extra/fusedops.json"):
+            metadata = json.loads(data)
+            metadata["output"]["shape"] = [32, 2]
+            return json.dumps(metadata).encode()
+        return data
+    rewrite_zip(model, model, transform)
+    resign_manifest(folder98)
+    for command, extra in (("run", ["--batch", 3]), ("bench", ["--batch", 3, "--iters", 1]),
+                           ("stress", ["--batch", 3, "--calls", 4, "--instances", 2,
+                                       "--unload-cycles", 0])):
+        result = run_app(command, model, *extra)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert (f"{NAME_98} returned [3] float32 for an input of batch 3; its fusedops.json "
+                "says [3, 2] float32") in result.stderr
+
+
+def test_manifest_with_a_repeated_key_is_refused(folder98):
+    """nlohmann keeps the last of two equal keys: a wrong digest followed by the right one was
+    accepted."""
+    manifest = json.loads((folder98 / MANIFEST).read_text())
+    entry = manifest["files"]["1/model.pt"]
+    wrong = json.dumps({"sha256": "0" * 64, "bytes": entry["bytes"]})
+    text = json.dumps(manifest).replace('"1/model.pt": ', f'"1/model.pt": {wrong}, '
+                                        '"1/model.pt": ', 1)
+    (folder98 / MANIFEST).write_text(text)
+    assert_refused(run_app("info", folder98 / "1" / "model.pt"),
+                   'the key "1/model.pt" appears twice in one object')
+
+
+def test_empty_tmpdir_means_the_default(aoti_repo):
+    """TMPDIR="" is no TMPDIR (POSIX), so /tmp; the app said there was no temporary folder."""
+    env = dict(os.environ, TMPDIR="")
+    result = run_app("run", aoti_repo / (NAME_98 + "_aoti") / "1" / "model.pt2", env=env)
+    assert result.returncode == 0, result.stderr
+
+
+EXPORT_DRIVER = '''
+import json, os, runpy, sys, time
+
+import torch
+
+mode, marker = sys.argv[1], sys.argv[2]
+if mode == "pause-before-manifest":
+    # Stops this run after it has hashed its files, until marker exists.
+    real_dumps = json.dumps
+
+    def dumps(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "algorithm" in obj:  # the manifest
+            open(marker + ".paused", "w").close()
+            while not os.path.exists(marker):
+                time.sleep(0.05)
+        return real_dumps(obj, *args, **kwargs)
+    json.dumps = dumps
+elif mode == "die-after-the-model-file":
+    # As if killed after the model file, before the sample tensors and the manifest.
+    torch.save = lambda *args, **kwargs: os._exit(9)
+sys.argv = ["scripted.export", *sys.argv[3:]]
+runpy.run_module("scripted.export", run_name="__main__", alter_sys=True)
+'''
+
+
+def export_driver(tmp_path: Path, mode: str, marker: Path, *args: str) -> subprocess.Popen:
+    script = tmp_path / "export_driver.py"
+    script.write_text(EXPORT_DRIVER)
+    return subprocess.Popen([sys.executable, str(script), mode, str(marker), "--sizes", "small",
+                             *args], cwd=REPO_ROOT, env=python_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_concurrent_exports_of_one_folder_leave_a_folder_the_app_accepts(tmp_path):
+    """Two exports of model 98 at once (other seeds, so other bytes): the first is held after
+    hashing its files while the second writes the folder; both exit 0, and the manifest each
+    wrote must describe the folder that is left."""
+    repo = tmp_path / "repo"
+    marker = tmp_path / "resume"
+    args = ["--models", "98", "--formats", "pt", "--output", str(repo)]
+    first = export_driver(tmp_path, "pause-before-manifest", marker, *args, "--seed", "1")
+    deadline = time.monotonic() + 300
+    while not Path(str(marker) + ".paused").exists():
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the first export never reached its manifest"
+        time.sleep(0.1)
+    export(repo, "--models", "98", "--formats", "pt", "--seed", "2")
+    marker.touch()
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    result = run_app("check", repo)
+    assert result.returncode == 0 and result.stdout.startswith(f"PASS {NAME_98}"), (
+        result.stdout + result.stderr)
+
+
+def test_killed_reexport_leaves_the_previous_folder_and_its_leftovers_go(tmp_path):
+    repo = export(tmp_path / "repo", "--models", "98", "--formats", "pt")
+    folder = repo / NAME_98
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    dying = export_driver(tmp_path, "die-after-the-model-file", tmp_path / "unused",
+                          "--models", "98", "--formats", "pt", "--seed", "7",
+                          "--output", str(repo))
+    out, err = dying.communicate(timeout=300)
+    assert dying.returncode == 9, out + err
+    result = run_app("check", repo)
+    assert result.returncode == 0 and result.stdout.count("PASS") == 1, (
+        result.stdout + result.stderr)
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    export(repo, "--models", "98", "--formats", "pt", "--seed", "7")
+    assert [p for p in repo.rglob("*") if p.name.startswith(".tmp")] == []
+    assert run_app("check", repo).returncode == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--device", "meta"], "argument --device: expected cpu, cuda or cuda:N, got 'meta'"),
+    (["--seed", "-1"], "argument --seed: expected an integer from 0 to 9223372036854775807, "
+                       "got -1"),
+    (["--output-is-a-file"], "error: --output"),
+])
+def test_export_errors_are_one_line_and_exit_2(tmp_path, args, needle):
+    output = tmp_path / "out"
+    if args == ["--output-is-a-file"]:
+        output.write_text("a file")
+        args = []
+    result = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                             "--models", "98", "--formats", "pt", "--output", str(output),
+                             *args], cwd=REPO_ROOT, env=python_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert needle in result.stderr.strip().splitlines()[-1], result.stderr
+    assert not output.is_dir(), "a refused export left a folder"

@@ -202,3 +202,56 @@ def test_inference_mode_weights(key, device):
         for m in (ref, new):
             linear_of(m, key).weight.mul_(-0.5)
         assert_follows(ref, new, x)
+
+
+# --- issue 21: writes the fold cache missed ----------------------------------------------------
+
+@pytest.mark.parametrize("key", KEYS)
+def test_load_state_dict_inside_inference_mode_is_followed(key, device):
+    """A model built and used under inference_mode holds inference tensors: load_state_dict
+    writes them in place, which no version counter records (they have none), and the first
+    call's folds were returned ever after (model 18 off by 11 to 41, model 98 by 13)."""
+    with torch.inference_mode():
+        ref, new = pair(key, device)
+        x = x_for(key, device)
+        assert_follows(ref, new, x)
+        other, _ = make_pair(key, SMALL_ARGS[key], device=device, dtype=torch.float64)
+        state = other.state_dict()
+        ref.load_state_dict(state, strict=True)
+        new.load_state_dict(state, strict=True)
+        assert linear_of(new, key).weight.is_inference()
+        assert_follows(ref, new, x)
+
+
+@pytest.mark.parametrize("key", ["98", "18"])
+def test_storage_write_then_clear_fold_cache_of_the_weight(key, device):
+    """A write through the storage is invisible to every cache (README: "Writes no version
+    counter sees"); clearing the folds of that weight alone is the remedy."""
+    ref, new = pair(key, device)
+    x = x_for(key, device)
+    assert_follows(ref, new, x)
+    for m in (ref, new):
+        w = linear_of(m, key).weight
+        w.untyped_storage().copy_((w * -2.0).untyped_storage())
+    torch.ops.fusedops.clear_fold_cache([linear_of(new, key).weight])
+    assert_follows(ref, new, x)
+
+
+def test_one_weight_serving_eight_pool_sizes_does_not_refold(device):
+    """Model 98's fold depends on the pool size: eight models tying one Linear, called in turn,
+    need eight folds of one weight (with four folds a weight, 98% of calls missed)."""
+    linear = torch.nn.Linear(64, 96, dtype=torch.float64, device=device)
+    pairs = []
+    for k in range(1, 9):
+        ref, new = make_pair("98", (64, 96, k, 2.0), device=device, dtype=torch.float64)
+        ref.matmul, new.matmul = linear, linear
+        pairs.append((ref.eval(), new.eval()))
+    x = x_for("98", device)
+    with torch.no_grad():
+        for ref, new in pairs:  # the first call of each pool size folds
+            assert_within_tolerance(new(x), ref(x), tolerance_for(torch.float64))
+        start = misses()
+        for _ in range(3):
+            for ref, new in pairs:
+                assert_within_tolerance(new(x), ref(x), tolerance_for(torch.float64))
+    assert misses() == start, "a pool size's fold was evicted by another's"

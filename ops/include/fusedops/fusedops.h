@@ -83,7 +83,7 @@ std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
 // after writing weights in a way the version counter cannot see (memcpy into data_ptr(),
 // in-place edits of inference tensors inside inference mode), or pass cache_folds = false.
 struct FoldCacheStats {
-  int64_t weights = 0;  // live weight tensors the cache tracks (each holds 0 to 4 folds)
+  int64_t weights = 0;  // live weight tensors the cache tracks (each holds 0 to 16 folds)
   int64_t entries = 0;  // folds held
   int64_t bytes = 0;    // their memory, all devices together
   int64_t misses = 0;   // folds computed since the process started (cached or not)
@@ -91,6 +91,8 @@ struct FoldCacheStats {
 FoldCacheStats fold_cache_stats();
 // Streams still reading a fold keep its memory until their work is done.
 void clear_fold_cache();
+// Frees the folds of these weights only (after writing them behind the version counter).
+void clear_fold_cache(at::TensorList weights);
 
 // What ran: calls `run` on this thread and returns one line per GEMM the operators planned in
 // it, e.g. "matmul_groupnorm_leakyrelu_sum float16 accurate m=1024 n=8192 k=8192 cuda:0:
