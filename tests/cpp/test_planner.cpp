@@ -87,7 +87,9 @@ const std::vector<Row> kTable = {
     {"TF32 allowed on A100: TF32", k62, f32, acc, tf32, &kAuto, kA100, 1024, 8192, 8192, true, true, Route::kTf32, none},
     {"TF32 allowed, 64 rows: TF32", k39, f32, acc, tf32, &kAuto, kH100, 64, 8192, 8192, true, false, Route::kTf32, none},
     {"TF32 allowed, N not a multiple of 4: TF32", k39, f32, acc, tf32, &kAuto, kH100, 1024, 8190, 8192, true, false, Route::kTf32, none},
-    {"TF32 allowed, 98 on H100: fused", k98, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kFp16x1Fused, Route::kTf32},
+    {"TF32 allowed, 98 on H100: fused", k98, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kFp16x1Fused, Route::kSgemm},
+    {"TF32 allowed, 98 small: float32-exact", k98, f32, acc, tf32, &kAuto, kH100, 257, 512, 1001, true, true, Route::kSgemm, none},
+    {"TF32 allowed, 98 on A100: float32-exact", k98, f32, acc, tf32, &kAuto, kA100, 1024, 512, 8192, true, true, Route::kSgemm, none},
     {"TF32 allowed, 2 rows: skinny", k62, f32, acc, tf32, &kAuto, kH100, 2, 8192, 8192, true, true, Route::kSkinny, none},
     {"TF32 allowed ignores FUSEDOPS_FP32_GEMM", k39, f32, acc, tf32, &k3xFp16, kH100, 1024, 8192, 8192, true, false, Route::kFp16x1, Route::kTf32},
     {"bf16 allowed", k39, f32, acc, bf16x, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kBf16x, none},
@@ -301,8 +303,10 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     EXPECT_NE(r, Route::kBf16x);
                   }
                   if (dtype == f32 && precision == tf32) {
+                    // Model 98 never runs TF32 on its pooled weight (planner.cpp).
+                    const bool exact98 = op == k98 && r != Route::kTf32;
                     EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny ||
-                                r == Route::kFp16x1 || r == Route::kFp16x1Fused);
+                                r == Route::kFp16x1 || r == Route::kFp16x1Fused || exact98);
                   }
                   if (r == Route::kFp16x1 || r == Route::kFp16x1Fused) {
                     EXPECT_EQ(precision, tf32);
@@ -311,7 +315,8 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                                       r == Route::kFp16x1 || r == Route::kFp16x1Fused;
                   if (engine) {
                     EXPECT_TRUE(device.major == 9 && device.sm90_kernels && size[1] % 4 == 0);
-                    EXPECT_EQ(p.fallback, precision == tf32 ? Route::kTf32 : Route::kSgemm);
+                    EXPECT_EQ(p.fallback,
+                              precision == tf32 && op != k98 ? Route::kTf32 : Route::kSgemm);
                   } else {
                     EXPECT_EQ(p.fallback, none);
                   }

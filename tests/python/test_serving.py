@@ -553,9 +553,10 @@ def test_app_checks_a_cuda0_export_on_the_second_gpu(tmp_path):
     reference output its export wrote, on cuda:1."""
     env = dict(os.environ, FUSEDOPS_LIBRARY=fusedops.library_path,
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "models"), str(REPO_ROOT)]))
-    subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--device",
-                    "cuda:0", "--output", str(tmp_path)], check=True, cwd=REPO_ROOT, env=env,
-                   capture_output=True, timeout=900)
+    export = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                             "--device", "cuda:0", "--output", str(tmp_path)], cwd=REPO_ROOT,
+                            env=env, capture_output=True, text=True, timeout=900)
+    assert export.returncode == 0, export.stdout[-3000:] + export.stderr[-3000:]
     result = subprocess.run([str(APP), "check", str(tmp_path), "--device", "cuda:1"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
