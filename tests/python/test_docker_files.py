@@ -88,3 +88,19 @@ def test_dockerignore_leaves_out_build_output_venvs_and_git():
                  "build/model_repo/fusedops_18/1/model.pt", "docker/ci/image_test.sh"):
         assert dockerignore_excludes(path), path
 
+
+def build_stage() -> str:
+    text = DOCKERFILE.replace("\\\n", " ")
+    return text[text.index("\nFROM "):text.rindex("\nFROM ")]
+
+
+def test_build_stage_installs_what_the_configure_step_imports_at_requirements_pins():
+    """The app's configure step reads Triton's schema from the tritonclient wheel (with its
+    protobuf) and the CUDA build the nvidia-cutlass headers: the PyTorch image has neither, and
+    the image's configure stopped at "tritonclient is not installed in this Python"."""
+    match = re.search(r"grep -E '\^\(([a-z|-]+)\)==' /tmp/requirements\.txt", build_stage())
+    assert match, "the build stage installs no packages from requirements.txt"
+    requirements = (REPO_ROOT / "requirements.txt").read_text()
+    for name in ("nvidia-cutlass", "tritonclient", "protobuf"):
+        assert name in match.group(1).split("|"), name
+        assert re.search(rf"^{name}==", requirements, re.MULTILINE), name
