@@ -80,15 +80,20 @@ def test_optimizer_steps(key, optimizer, device):
         assert_follows(ref, new, x)
 
 
+def load_other_weights(ref, new, key, device):
+    """Both models load the state of a freshly drawn third, as a server's hot swap does."""
+    other, _ = make_pair(key, SMALL_ARGS[key], device=device, dtype=torch.float64)
+    state = other.state_dict()
+    ref.load_state_dict(state, strict=True)
+    new.load_state_dict(state, strict=True)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_load_state_dict_is_followed(key, device):
     ref, new = pair(key, device)
     x = x_for(key, device)
     assert_follows(ref, new, x)
-    other, _ = make_pair(key, SMALL_ARGS[key], device=device, dtype=torch.float64)
-    state = other.state_dict()
-    ref.load_state_dict(state, strict=True)
-    new.load_state_dict(state, strict=True)
+    load_other_weights(ref, new, key, device)
     assert_follows(ref, new, x)
 
 
@@ -215,10 +220,7 @@ def test_load_state_dict_inside_inference_mode_is_followed(key, device):
         ref, new = pair(key, device)
         x = x_for(key, device)
         assert_follows(ref, new, x)
-        other, _ = make_pair(key, SMALL_ARGS[key], device=device, dtype=torch.float64)
-        state = other.state_dict()
-        ref.load_state_dict(state, strict=True)
-        new.load_state_dict(state, strict=True)
+        load_other_weights(ref, new, key, device)
         assert linear_of(new, key).weight.is_inference()
         assert_follows(ref, new, x)
 
