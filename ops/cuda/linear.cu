@@ -12,12 +12,16 @@
 #include "cuda/gemm/cublas.h"
 #include "cuda/gemm/gemm_3xfp16.h"
 #include "cuda/gemm/skinny.h"
+#include "cuda/gemm/skinny_half.h"
 #include "cuda/gemm/tf32x3.h"
 #include "plan/explain.h"
 #include "plan/precision.h"
 
 namespace fusedops::cuda {
 namespace {
+
+static_assert(plan::kMaxSkinnyHalfRows <= gemm::kSkinnyHalfCapacity,
+              "the planner sends the skinny-half engine more rows than it takes");
 
 plan::DType dtype_of(at::ScalarType t) {
   switch (t) {
@@ -75,6 +79,9 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
     case Route::kBf16x: gemm::cublas_linear(x, weight, y, gemm::CublasMath::kFastBf16); break;
     case Route::kTf32: gemm::aten_tf32_linear(x, weight, y); break;
     case Route::kSkinny: gemm::skinny_linear(x, weight, y); break;
+    case Route::kSkinnyHalf:
+      gemm::skinny_half_linear(x, weight, y, planned.request.device.sm_count);
+      break;
     case Route::kTf32x3:
       gemm::tf32x3_linear(x, weight, weight_key, cache_folds, plan::settings().tf32x3_chunk, y);
       break;

@@ -18,6 +18,8 @@ const char* route_name(Route route) {
     case Route::kCublasHalf: return "cublas-half";
     case Route::kSm90HalfFused: return "sm90-half-fused";
     case Route::kSkinny: return "skinny";
+    case Route::kSkinnyHalf: return "skinny-half";
+    case Route::kSkinnyHalfFused: return "skinny-half-fused";
     case Route::kFp16x3: return "3xfp16";
     case Route::kFp16x3Fused: return "3xfp16-fused";
     case Route::kFp16x1: return "1xfp16";
@@ -171,20 +173,41 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   return p;
 }
 
+// The skinny-half kernel's requirements: mma.sync with bfloat16 (sm_80 on), 16-byte loads
+// of whole rows (K a positive multiple of 8, aligned bases), 32-bit sizes.
+bool skinny_half_fits(const GemmRequest& r) {
+  return r.device.major >= 8 && r.k > 0 && r.k % 8 == 0 && r.x_aligned && r.w_aligned &&
+         r.n <= kInt32Max && r.k <= kInt32Max;
+}
+
 Plan plan_half(const GemmRequest& r, const Settings& s) {
-  if (r.op != Op::kGroupNormLeakyRelu || r.numerics != Numerics::kAccurate) {
-    return {Route::kCublasHalf, Route::kNone, "float16/bfloat16 with float32 accumulation"};
-  }
-  // Model 62, "accurate": its whole epilogue can run on the GEMM's float32 accumulators.
   if (s.half_gemm == HalfGemmSetting::kCublas) {
     return {Route::kCublasHalf, Route::kNone, "FUSEDOPS_HALF_GEMM=cublas"};
   }
+  // Model 62, "accurate": its whole epilogue can run on the GEMM's float32 accumulators.
+  const bool fusable_op = r.op == Op::kGroupNormLeakyRelu && r.numerics == Numerics::kAccurate;
   const char* why_not = why_not_sm90_half(r);
-  if (s.half_gemm == HalfGemmSetting::kFused) {
+  if (fusable_op && s.half_gemm == HalfGemmSetting::kFused) {
     TORCH_CHECK(why_not == nullptr, "fusedops ", op_name(r.op),
                 ": FUSEDOPS_HALF_GEMM=fused cannot run here: ", why_not, " (got m=", r.m,
                 ", n=", r.n, ", k=", r.k, ")");
     return {Route::kSm90HalfFused, Route::kNone, "FUSEDOPS_HALF_GEMM=fused"};
+  }
+  // Small-batch serving: few rows make the GEMM a read of W. The skinny-half kernel reads it
+  // as fast as cuBLAS up to 16 rows and slower from 32 (H100, cold L2: docs/PERFORMANCE.md,
+  // issue 25), and, one launch of our own, costs the host less than cuBLAS's call (no
+  // handle, math mode or workspace): below the crossover it runs.
+  if (r.m <= kMaxSkinnyHalfRows && skinny_half_fits(r)) {
+    if (fusable_op && r.epilogue_fusable) {
+      return {Route::kSkinnyHalfFused, Route::kNone,
+              "at most 16 rows: a read of W, the epilogue in the same kernel (weight-streaming "
+              "tensor-core kernel)"};
+    }
+    return {Route::kSkinnyHalf, Route::kNone,
+            "at most 16 rows: a read of W (weight-streaming tensor-core kernel)"};
+  }
+  if (!fusable_op) {
+    return {Route::kCublasHalf, Route::kNone, "float16/bfloat16 with float32 accumulation"};
   }
   if (why_not != nullptr) {
     return {Route::kCublasHalf, Route::kNone, "the fused half-precision GEMM cannot run here"};

@@ -73,6 +73,7 @@ Plan plan_gemm(const GemmRequest& request);
 
 // Thresholds of the rules, exposed for the table test. Why each value: planner.cpp.
 inline constexpr int64_t kMaxSkinnyRows = 4;
+inline constexpr int64_t kMaxSkinnyHalfRows = 16;
 inline constexpr int64_t kMin3xFp16Rows = 128;
 inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30
 inline constexpr int64_t kMin3xTf32Rows = 128;

@@ -26,6 +26,7 @@ using plan::Settings;
 const DeviceFacts kH100{9, 0, 132, true};
 const DeviceFacts kH100NoSm90Build{9, 0, 132, false};
 const DeviceFacts kA100{8, 0, 108, true};
+const DeviceFacts kT4{7, 5, 40, false};
 
 Settings settings_with(plan::Fp32GemmSetting fp32, plan::HalfGemmSetting half) {
   Settings s;
@@ -132,6 +133,22 @@ const std::vector<Row> kTable = {
     {"62 f32 ignores FUSEDOPS_HALF_GEMM", k62, f32, acc, ieee, &kFused, kA100, 1024, 8192, 8192, true, true, Route::kTf32x3, none},
     {"39 f16: no fused epilogue", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kCublasHalf, none},
     {"39 bf16 eager", k39, bf16, eager, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kAtenLinear, none},
+    // float16/bfloat16 at small batch: the skinny-half kernel up to the measured crossover.
+    {"62 f16 16 rows: skinny-half, fused", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
+    {"62 bf16 1 row on A100: skinny-half, fused", k62, bf16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
+    {"62 f16 16 rows, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"62 f16 17 rows: cuBLAS (too few tiles to fuse)", k62, f16, acc, ieee, &kAuto, kH100, 17, 8192, 8192, true, true, Route::kCublasHalf, none},
+    {"39 bf16 1 row: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"39 f16 1 row on A100: skinny-half", k39, f16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"39 f16 1 row on sm_75: no mma.sync bf16, cuBLAS", k39, f16, acc, ieee, &kAuto, kT4, 1, 8192, 8192, true, false, Route::kCublasHalf, none},
+    {"98 f16 eager 8 rows: skinny-half (rounding in the epilogue)", k98, f16, eager, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalf, none},
+    {"98 bf16 16 rows, autocast: skinny-half", k98, bf16, acc, ieee, &kAuto, kH100, 16, 512, 8192, true, true, Route::kSkinnyHalf, none},
+    {"62 f16 8 rows, K not a multiple of 8: cuBLAS", k62, f16, acc, ieee, &kAuto, kH100, 8, 8192, 8188, true, true, Route::kCublasHalf, none},
+    {"62 f16 8 rows, unaligned: cuBLAS", k62, f16, acc, ieee, &kAuto, kH100, 8, 8192, 8192, false, true, Route::kCublasHalf, none},
+    {"62 f16 8 rows, FUSEDOPS_HALF_GEMM=cublas", k62, f16, acc, ieee, &kCublas, kH100, 8, 8192, 8192, true, true, Route::kCublasHalf, none},
+    {"39 f16 8 rows, FUSEDOPS_HALF_GEMM=fused: not 39's, skinny-half", k39, f16, acc, ieee, &kFused, kH100, 8, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"62 f16 FUSEDOPS_HALF_GEMM=fused, 8 rows: the Hopper GEMM", k62, f16, acc, ieee, &kFused, kH100, 8, 8192, 8192, true, true, Route::kSm90HalfFused, none},
+    {"62 f16 eager 1 row: ATen's GEMM", k62, f16, eager, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kAtenLinear, none},
     // Empty outputs.
     {"no rows", k39, f32, acc, ieee, &kAuto, kH100, 0, 8192, 8192, true, false, none, none},
     {"no columns", k62, f16, acc, ieee, &kAuto, kH100, 8, 0, 8192, true, true, none, none},
@@ -286,12 +303,30 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                   // Eager half precision takes the reference's own GEMM (model 98 has no GEMM
                   // output of the reference's to round: its epilogue rounds).
                   if (half && num == eager) {
-                    EXPECT_EQ(r, op == k98 ? Route::kCublasHalf : Route::kAtenLinear);
+                    if (op == k98) {
+                      EXPECT_TRUE(r == Route::kCublasHalf || r == Route::kSkinnyHalf);
+                    } else {
+                      EXPECT_EQ(r, Route::kAtenLinear);
+                    }
                   }
                   // Half-precision models never run a float32 engine, and vice versa.
                   if (half) {
                     EXPECT_TRUE(r == Route::kCublasHalf || r == Route::kSm90HalfFused ||
-                                r == Route::kAtenLinear);
+                                r == Route::kAtenLinear || r == Route::kSkinnyHalf ||
+                                r == Route::kSkinnyHalfFused);
+                  }
+                  if (r == Route::kSkinnyHalf || r == Route::kSkinnyHalfFused) {
+                    EXPECT_TRUE(half && size[0] <= plan::kMaxSkinnyHalfRows &&
+                                device.major >= 8 && s != &kCublas);
+                  }
+                  if (r == Route::kSkinnyHalfFused) {
+                    EXPECT_TRUE(op == k62 && fusable && num == acc);
+                  }
+                  // Below the crossover every half-precision GEMM of ours streams W.
+                  if (half && num == acc && s == &kAuto && size[0] <= plan::kMaxSkinnyHalfRows &&
+                      op != k18) {
+                    EXPECT_EQ(r, op == k62 && fusable ? Route::kSkinnyHalfFused
+                                                      : Route::kSkinnyHalf);
                   }
                   if (r == Route::kSm90HalfFused) {
                     EXPECT_TRUE(op == k62 && fusable && num == acc && device.major == 9 &&

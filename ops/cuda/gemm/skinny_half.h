@@ -1,0 +1,36 @@
+// The skinny-half engine: float32 y = x W^T for few rows of float16/bfloat16 x (small-batch
+// serving), bound by reading W once, in one kernel of our own (no cuBLAS handle, math-mode or
+// workspace calls on the host: a launch is the whole host cost). Kernel: gemv_half_kernel.cuh.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace fusedops::cuda::gemm {
+
+// The most rows of x it takes (two 8-row tiles). The planner's threshold (planner.h) is
+// measured: at n = k = 8192 and cold L2 on an H100 the kernel took 0.0568-0.0592 ms at
+// m = 1..16 against cuBLAS's 0.0592-0.0594, and lost from m = 32 (0.080 against 0.060): with
+// more rows of x its re-reads of x through L2 grow, where cuBLAS's tiles share them.
+inline constexpr int64_t kSkinnyHalfCapacity = 16;
+
+// x (M <= kSkinnyHalfCapacity, K) and weight (N, K) contiguous, one dtype (float16 or bfloat16),
+// K a positive multiple of 8, 16-byte aligned base pointers (the planner's kSkinnyHalf rule);
+// y (M, N) float32. sm_count: the device's SMs, to size the split of K inside a block.
+void skinny_half_linear(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y,
+                        int sm_count);
+
+// Model 62 at small batch, the whole operator in one kernel: out = 2 * LeakyReLU(GroupNorm(
+// x W^T + bias)) (epilogue_groupnorm_skinny.cuh). x and weight as above; group_size with
+// skinny_half_group_ok, N a multiple of it; bias, gamma, beta (N) and out (M, N) contiguous in
+// x's dtype, or all float32 (the operator's autocast form).
+void skinny_half_groupnorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           int64_t group_size, const at::Tensor& gamma, const at::Tensor& beta,
+                           double eps, double negative_slope, at::Tensor& out, int sm_count);
+
+// A block owns one whole group: 16, 32, 64 or 128 channels (the same rule as the Hopper half
+// GEMM's fused epilogue, gemm_half.h's half_groupnorm_group_ok).
+inline bool skinny_half_group_ok(int64_t group_size) {
+  return group_size == 16 || group_size == 32 || group_size == 64 || group_size == 128;
+}
+
+}  // namespace fusedops::cuda::gemm

@@ -1,0 +1,145 @@
+"""Small-batch serving (issue 25): every batch size from 1 to 256, in each dtype, for each model
+in eval mode as a server runs it, against the reference in the model's dtype and in float64.
+Below the planner's crossovers the weight-streaming kernels run (float32: `skinny`, at most 4
+rows; float16/bfloat16: `skinny-half`, at most 16 rows); above them the other routes. Sizes are
+odd where the kernels have edges: out_features not a multiple of the 16-row tile, in_features a
+multiple of 8 that leaves a partial 256-wide round, and in_features not a multiple of 8 (no
+skinny-half: cuBLAS)."""
+import copy
+
+import pytest
+import torch
+
+import fusedops
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
+from fusedops_testing import assert_contract, make_input, make_pair
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.float16, id="f16"),
+          pytest.param(torch.bfloat16, id="bf16")]
+# in_features 1032 = 4 x 256 + 8; out_features 1000 = 62 x 16 + 8 (model 98: 250 pooled). Model
+# 62 with groups of 125 channels (the GEMM, then its pass over y), and of 16, 32 and 128
+# channels (one group a block of the fused kernel: skinny-half-fused).
+SIZES = {"18": (1032, 1000), "39": (1032, 1000, (1000,)), "62": (1032, 1000, 8),
+         "62g16": (1032, 1008, 63), "62g32": (1032, 1024, 32), "62g128": (1032, 1024, 8),
+         "98": (1032, 1000, 4, 2.0)}
+HALF_ROUTE = {"62g16": "skinny-half-fused", "62g32": "skinny-half-fused",
+              "62g128": "skinny-half-fused"}
+ODD_K = {"39": (1001, 1000, (1000,)), "62": (1001, 1000, 8), "98": (1001, 1000, 4, 2.0)}
+MAX_ROWS = 256
+LINEAR = {"98": "matmul", "18": "linear", "39": "gemm", "62": "fc"}
+
+
+def _run_batches(case, init_args, dtype, dist, batches):
+    key = case[:2]
+    ref, new = make_pair(key, init_args, device="cuda", dtype=dtype)
+    ref.eval()
+    new.eval()
+    ref64 = make_pair(key, init_args, device="cuda", dtype=torch.float64)[0].eval()
+    ref64.load_state_dict(ref.state_dict())
+    x = make_input((MAX_ROWS, init_args[0]), dist, dtype=dtype, device="cuda")
+    with torch.no_grad():
+        expected64 = ref64(x.double())
+        for b in batches:
+            xb = x[:b]
+            out, expected = new(xb), ref(xb)
+            try:
+                assert_contract(out, expected, expected64[:b])
+            except AssertionError as e:
+                raise AssertionError(f"batch {b}: {e}") from None
+    return new, x
+
+
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(SIZES))
+def test_every_batch_size_matches_the_reference(case, dtype, dist):
+    new, x = _run_batches(case, SIZES[case], dtype, dist, range(1, MAX_ROWS + 1))
+    if case == "18" or (case == "98" and dtype == torch.float32):
+        return  # 18's GEMM folds away (test_routes.py); 98's float32 one is on its pooled weight
+    half = dtype != torch.float32
+    limit, name = (16, HALF_ROUTE.get(case, "skinny-half")) if half else (4, "skinny")
+    for b in (1, 2, limit - 1, limit, limit + 1, 64, MAX_ROWS):
+        (line,) = fusedops.explain(new, x[:b])
+        assert (f": {name} (" in line) == (b <= limit), line
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("key", ["39", "62", "98"])
+def test_in_features_not_a_multiple_of_8_takes_cublas(key, dtype):
+    new, x = _run_batches(key, ODD_K[key], dtype, "randn", (1, 5, 16))
+    (line,) = fusedops.explain(new, x[:1])
+    assert ": cublas-half (" in line, line
+
+
+@pytest.mark.parametrize("case", ["62", "62g16"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_skinny_half_deterministic_and_on_a_side_stream(dtype, case):
+    """No atomics: the warps' partial sums add in a fixed order, so repeated calls and a call
+    on another stream give the same bits."""
+    _, new = make_pair("62", SIZES[case], device="cuda", dtype=dtype)
+    new.eval()
+    x = make_input((9, SIZES["62"][0]), "randn", dtype=dtype, device="cuda")
+    with torch.no_grad():
+        first = new(x)
+        again = new(x)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            on_side = new(x)
+        torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(first, again) and torch.equal(first, on_side)
+
+
+@pytest.mark.parametrize("case", ["39", "62g16"])
+def test_skinny_half_in_a_cuda_graph(case):
+    """Captured after warm-up and replayed on new inputs: the same as a direct call."""
+    _, new = make_pair(case[:2], SIZES[case], device="cuda", dtype=torch.float16)
+    new.eval()
+    static_x = make_input((8, SIZES[case][0]), "randn", dtype=torch.float16, device="cuda")
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                new(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = new(static_x)
+        for dist in ("rand", "randn"):
+            static_x.copy_(make_input(static_x.shape, dist, dtype=torch.float16, device="cuda"))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static_out, new(static_x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", ["39", "62g16", "98"])
+def test_autocast_small_batch(case, dtype):
+    """A float32 model under torch.autocast at small batch: the half-precision kernels with the
+    float32 parameters and result of the operator's autocast form, against the reference under
+    the same autocast and in float64 on the values autocast multiplies (the Linear's weight and
+    bias rounded to the autocast dtype)."""
+    init_args = SIZES[case]
+    ref, new = make_pair(case[:2], init_args, device="cuda")
+    ref.eval()
+    new.eval()
+    exact = copy.deepcopy(ref)
+    linear = getattr(exact, LINEAR[case[:2]])
+    with torch.no_grad():
+        linear.weight.copy_(linear.weight.to(dtype))
+        linear.bias.copy_(linear.bias.to(dtype))
+    exact = exact.double()
+    x = make_input((16, init_args[0]), "randn", device="cuda")
+    with torch.no_grad():
+        expected64 = exact(x.to(dtype).double())
+        for b in (1, 7, 16):
+            with torch.autocast("cuda", dtype=dtype):
+                (line,) = fusedops.explain(new, x[:b])
+                out, expected = new(x[:b]), ref(x[:b])
+            assert out.dtype == expected.dtype == torch.float32
+            assert ": skinny-half" in line, line
+            assert_within_tolerance(out, expected, tolerance_for(dtype), expected64[:b])
