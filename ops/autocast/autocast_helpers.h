@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
 
 namespace fusedops::autocast {
 
@@ -40,3 +41,13 @@ class AutocastCall {
 };
 
 }  // namespace fusedops::autocast
+
+// Registers kernel<CPU> and kernel<CUDA>, a template over the device type, as the operator's
+// AutocastCPU and AutocastCUDA kernels.
+#define FUSEDOPS_AUTOCAST_IMPL(name, kernel)          \
+  TORCH_LIBRARY_IMPL(fusedops, AutocastCPU, m) {      \
+    m.impl(name, &kernel<c10::DeviceType::CPU>);      \
+  }                                                   \
+  TORCH_LIBRARY_IMPL(fusedops, AutocastCUDA, m) {     \
+    m.impl(name, &kernel<c10::DeviceType::CUDA>);     \
+  }

@@ -11,7 +11,6 @@
 // not repeated is the reference's of the Linear output to the autocast dtype before the
 // product (this result is the closer to float64).
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <optional>
 
@@ -48,12 +47,6 @@ at::Tensor gemm_scale_batchnorm_autocast(const at::Tensor& x, const at::Tensor& 
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fusedops, AutocastCPU, m) {
-  m.impl("gemm_scale_batchnorm", &gemm_scale_batchnorm_autocast<c10::DeviceType::CPU>);
-}
-
-TORCH_LIBRARY_IMPL(fusedops, AutocastCUDA, m) {
-  m.impl("gemm_scale_batchnorm", &gemm_scale_batchnorm_autocast<c10::DeviceType::CUDA>);
-}
+FUSEDOPS_AUTOCAST_IMPL("gemm_scale_batchnorm", gemm_scale_batchnorm_autocast)
 
 }  // namespace fusedops

@@ -2,7 +2,6 @@
 // avg_pool1d, gelu, `* scale_factor` and max, none of them on a policy list, all in that dtype.
 // So every tensor goes to the autocast dtype and the result stays in it.
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -27,14 +26,6 @@ at::Tensor matmul_avgpool_gelu_scale_max_autocast(const at::Tensor& x, const at:
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fusedops, AutocastCPU, m) {
-  m.impl("matmul_avgpool_gelu_scale_max",
-         &matmul_avgpool_gelu_scale_max_autocast<c10::DeviceType::CPU>);
-}
-
-TORCH_LIBRARY_IMPL(fusedops, AutocastCUDA, m) {
-  m.impl("matmul_avgpool_gelu_scale_max",
-         &matmul_avgpool_gelu_scale_max_autocast<c10::DeviceType::CUDA>);
-}
+FUSEDOPS_AUTOCAST_IMPL("matmul_avgpool_gelu_scale_max", matmul_avgpool_gelu_scale_max_autocast)
 
 }  // namespace fusedops

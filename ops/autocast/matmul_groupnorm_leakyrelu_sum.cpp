@@ -14,7 +14,6 @@
 // one dtype: it runs in float32 on x, weight and bias rounded to the autocast dtype (the GEMM's
 // products of those values are exact in float32), and the result goes to the input's dtype.
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -49,14 +48,6 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autocast(const at::Tensor& x, const at
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fusedops, AutocastCPU, m) {
-  m.impl("matmul_groupnorm_leakyrelu_sum",
-         &matmul_groupnorm_leakyrelu_sum_autocast<c10::DeviceType::CPU>);
-}
-
-TORCH_LIBRARY_IMPL(fusedops, AutocastCUDA, m) {
-  m.impl("matmul_groupnorm_leakyrelu_sum",
-         &matmul_groupnorm_leakyrelu_sum_autocast<c10::DeviceType::CUDA>);
-}
+FUSEDOPS_AUTOCAST_IMPL("matmul_groupnorm_leakyrelu_sum", matmul_groupnorm_leakyrelu_sum_autocast)
 
 }  // namespace fusedops

@@ -5,7 +5,6 @@
 // its result is widened to float32 on CUDA: the sum is rounded to the autocast dtype once more
 // than the reference rounds it, one unit in its last place at most.
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -31,14 +30,7 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autocast(const at::Tensor&
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fusedops, AutocastCPU, m) {
-  m.impl("matmul_sum_max_avgpool_logsumexp_logsumexp",
-         &matmul_sum_max_avgpool_logsumexp_logsumexp_autocast<c10::DeviceType::CPU>);
-}
-
-TORCH_LIBRARY_IMPL(fusedops, AutocastCUDA, m) {
-  m.impl("matmul_sum_max_avgpool_logsumexp_logsumexp",
-         &matmul_sum_max_avgpool_logsumexp_logsumexp_autocast<c10::DeviceType::CUDA>);
-}
+FUSEDOPS_AUTOCAST_IMPL("matmul_sum_max_avgpool_logsumexp_logsumexp",
+                       matmul_sum_max_avgpool_logsumexp_logsumexp_autocast)
 
 }  // namespace fusedops

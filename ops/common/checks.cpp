@@ -4,17 +4,12 @@
 
 namespace fusedops::checks {
 
-namespace {
-bool is_supported_float(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-}  // namespace
-
 void floating(const char* op, const char* name, const at::Tensor& t) {
   TORCH_CHECK(t.defined(), op, ": ", name, " must be a defined tensor, got None/undefined");
-  TORCH_CHECK(is_supported_float(t.scalar_type()), op, ": ", name,
-              " must be a floating-point tensor (float32, float64, float16 or bfloat16), got ",
-              t.scalar_type());
+  const at::ScalarType s = t.scalar_type();
+  TORCH_CHECK(s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16, op,
+              ": ", name, " must be a floating-point tensor (float32, float64, float16 or "
+              "bfloat16), got ", s);
 }
 
 void dim(const char* op, const char* name, const at::Tensor& t, int64_t dim, const char* layout) {
@@ -59,11 +54,31 @@ void linear_shapes(const char* op, const at::Tensor& x, const at::Tensor& weight
   same_device(op, "bias", bias, x);
 }
 
+// weight (out, in) and bias (out,) of a fold helper: floating, one dtype, one device.
+void fold_weight_and_bias(const char* op, const at::Tensor& weight, const at::Tensor& bias) {
+  floating(op, "weight", weight);
+  floating(op, "bias", bias);
+  dim(op, "weight", weight, 2, "(out_features, in_features)");
+  vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
+  same_dtype(op, "bias", bias, weight, "weight");
+  same_device(op, "bias", bias, weight, "weight");
+}
+
 bool is_autocast_form(const at::Tensor& x, const at::Tensor& bias) {
   const bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
   // Meta: the shapes of a CUDA call traced by torch.compile / torch.export.
   const bool cuda = x.is_cuda() || x.is_meta();
   return half && cuda && bias.scalar_type() == at::kFloat;
+}
+
+// A per-feature parameter after the Linear (BatchNorm's, GroupNorm's): `size` long (`what`),
+// of params_dtype's dtype, on x's device.
+void parameter(const char* op, const char* name, const at::Tensor& t, const c10::SymInt& size,
+               const char* what, const at::Tensor& x, at::ScalarType dtype) {
+  floating(op, name, t);
+  vector_of(op, name, t, size, what);
+  params_dtype_is(op, name, t, x, dtype);
+  same_device(op, name, t, x);
 }
 
 }  // namespace
@@ -125,28 +140,16 @@ void gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight, const a
   same_device(op, "scale", scale, x);
   // scale multiplies the (batch, out_features) GEMM output and must broadcast to it without
   // changing its shape: (), (1,), (out,), (1, out), (batch, 1) or (batch, out).
-  TORCH_CHECK(scale.dim() <= 2, op, ": scale must broadcast to (batch, out_features) = (", batch,
-              ", ", out, "), got shape ", scale.sym_sizes());
-  if (scale.dim() >= 1) {
-    const c10::SymInt& last = scale.sym_size(-1);
-    TORCH_CHECK(last == 1 || last == out, op, ": scale must broadcast to (batch, out_features) = (",
-                batch, ", ", out, "), got shape ", scale.sym_sizes());
-  }
-  if (scale.dim() == 2) {
-    const c10::SymInt& first = scale.sym_size(0);
-    TORCH_CHECK(first == 1 || first == batch, op,
-                ": scale must broadcast to (batch, out_features) = (", batch, ", ", out,
-                "), got shape ", scale.sym_sizes());
-  }
-  const std::pair<const char*, const at::Tensor*> per_feature[] = {
-      {"bn_weight", &bn_weight}, {"bn_bias", &bn_bias},
-      {"running_mean", &running_mean}, {"running_var", &running_var}};
-  for (const auto& [name, t] : per_feature) {
-    floating(op, name, *t);
-    vector_of(op, name, *t, out, "out_features");
-    params_dtype_is(op, name, *t, x, dtype);
-    same_device(op, name, *t, x);
-  }
+  const int64_t scale_dim = scale.dim();
+  TORCH_CHECK(scale_dim <= 2 &&
+                  (scale_dim < 1 || scale.sym_size(-1) == 1 || scale.sym_size(-1) == out) &&
+                  (scale_dim < 2 || scale.sym_size(0) == 1 || scale.sym_size(0) == batch),
+              op, ": scale must broadcast to (batch, out_features) = (", batch, ", ", out,
+              "), got shape ", scale.sym_sizes());
+  parameter(op, "bn_weight", bn_weight, out, "out_features", x, dtype);
+  parameter(op, "bn_bias", bn_bias, out, "out_features", x, dtype);
+  parameter(op, "running_mean", running_mean, out, "out_features", x, dtype);
+  parameter(op, "running_var", running_var, out, "out_features", x, dtype);
   TORCH_CHECK(num_batches_tracked.defined() && num_batches_tracked.dim() == 0 &&
                   num_batches_tracked.scalar_type() == at::kLong,
               op, ": num_batches_tracked must be a 0-D int64 tensor, got ",
@@ -176,25 +179,14 @@ void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weigh
               ": x must give more than 1 value per group (batch * hidden_size / num_groups), got "
               "batch 1 with groups of 1 channel (x has shape ", x.sym_sizes(), ", num_groups=",
               num_groups, ")");
-  const std::pair<const char*, const at::Tensor*> per_channel[] = {{"gn_weight", &gn_weight},
-                                                                   {"gn_bias", &gn_bias}};
-  for (const auto& [name, t] : per_channel) {
-    floating(op, name, *t);
-    vector_of(op, name, *t, hidden, "hidden_size");
-    params_dtype_is(op, name, *t, x, dtype);
-    same_device(op, name, *t, x);
-  }
+  parameter(op, "gn_weight", gn_weight, hidden, "hidden_size", x, dtype);
+  parameter(op, "gn_bias", gn_bias, hidden, "hidden_size", x, dtype);
 }
 
 void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
                          int64_t pool_kernel_size) {
   constexpr const char* op = "avgpool_fold_linear";
-  floating(op, "weight", weight);
-  floating(op, "bias", bias);
-  dim(op, "weight", weight, 2, "(out_features, in_features)");
-  vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
-  same_dtype(op, "bias", bias, weight, "weight");
-  same_device(op, "bias", bias, weight, "weight");
+  fold_weight_and_bias(op, weight, bias);
   TORCH_CHECK(pool_kernel_size > 0, op, ": pool_kernel_size must be greater than zero, got ",
               pool_kernel_size);
   TORCH_CHECK(weight.sym_size(0) >= pool_kernel_size, op,
@@ -203,13 +195,7 @@ void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
 }
 
 void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias) {
-  constexpr const char* op = "sum_fold_linear";
-  floating(op, "weight", weight);
-  floating(op, "bias", bias);
-  dim(op, "weight", weight, 2, "(out_features, in_features)");
-  vector_of(op, "bias", bias, weight.sym_size(0), "out_features");
-  same_dtype(op, "bias", bias, weight, "weight");
-  same_device(op, "bias", bias, weight, "weight");
+  fold_weight_and_bias("sum_fold_linear", weight, bias);
 }
 
 }  // namespace fusedops::checks

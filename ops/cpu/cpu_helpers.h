@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/numerics.h"
+
 namespace fusedops::cpu {
 
 // ATen's own at::internal::GRAIN_SIZE: below about this many elements a task costs more to
@@ -18,6 +20,16 @@ constexpr int64_t kElementsPerTask = 32768;
 // elements.
 inline int64_t grain_for(int64_t elements_per_index) {
   return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, elements_per_index));
+}
+
+// The Linear output x W^T + b in the accumulation dtype acc, a fresh contiguous (batch, out)
+// buffer the caller may write over: with `eager` as the reference writes it (common/numerics.h),
+// else computed in acc.
+inline at::Tensor linear_in(at::ScalarType acc, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, bool eager) {
+  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias).to(acc)
+                       : at::addmm(bias.to(acc), x.to(acc), weight.to(acc).t());
+  return y.is_contiguous() ? y : y.contiguous();
 }
 
 // The unfolded Linear, x[rows] W^T + b, in x_acc's (the accumulation) dtype: (rows, out).

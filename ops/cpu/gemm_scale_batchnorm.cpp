@@ -151,9 +151,7 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
 
   // y is a fresh (batch, features) buffer: training overwrites it with z, and when the output
   // dtype is the accumulation dtype the output is written over it too.
-  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias).to(acc_dtype)
-                       : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
-  if (!y.is_contiguous()) y = y.contiguous();
+  const at::Tensor y = cpu::linear_in(acc_dtype, x, weight, bias, eager);
   const at::Tensor scale_broadcast = scale.to(acc_dtype).expand({batch, features});
   at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, features}, x.options());
 
@@ -162,47 +160,43 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
   const at::Tensor mean_before = feature_vector_in_double(running_mean);
   const at::Tensor var_before = feature_vector_in_double(running_var);
 
+  at::Tensor new_mean, new_var;
+  double factor = 0.0;
   if (training) {
     // nn.BatchNorm1d counts the batch first; momentum=None then averages over all batches.
     num_batches_tracked.add_(1);
-    const double factor = momentum.has_value()
-                              ? *momentum
-                              : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+    factor = momentum.has_value() ? *momentum
+                                  : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
     // An empty batch has no statistics: BatchNorm returns the empty output and leaves the
     // running statistics as they were (it still counts the batch).
     if (batch == 0) return out;
-    at::Tensor new_mean = at::empty({features}, mean_before.options());
-    at::Tensor new_var = at::empty({features}, var_before.options());
-    AT_DISPATCH_FLOATING_TYPES_AND2(
-        at::kHalf, at::kBFloat16, x.scalar_type(), "gemm_scale_batchnorm", [&] {
-          using acc_t = at::opmath_type<scalar_t>;
-          const ScaledLinear<scalar_t> z{
-              y.const_data_ptr<acc_t>(), scale_broadcast.const_data_ptr<acc_t>(),
-              scale_broadcast.stride(0), scale_broadcast.stride(1), features, eager};
-          batchnorm_train<scalar_t>(
-              z, y.data_ptr<acc_t>(), batch, gamma.const_data_ptr<double>(),
-              beta.const_data_ptr<double>(), mean_before.const_data_ptr<double>(),
-              var_before.const_data_ptr<double>(), eps, factor, out.data_ptr<scalar_t>(),
-              new_mean.data_ptr<double>(), new_var.data_ptr<double>());
-        });
-    // copy_ converts to the buffers' dtype, honours their strides and bumps their versions.
-    running_mean.copy_(new_mean);
-    running_var.copy_(new_var);
-    return out;
+    new_mean = at::empty({features}, mean_before.options());
+    new_var = at::empty({features}, var_before.options());
   }
-
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "gemm_scale_batchnorm", [&] {
         using acc_t = at::opmath_type<scalar_t>;
-        const ScaledLinear<scalar_t> z{y.const_data_ptr<acc_t>(),
-                                    scale_broadcast.const_data_ptr<acc_t>(),
-                                    scale_broadcast.stride(0), scale_broadcast.stride(1), features,
-                                    eager};
-        batchnorm_eval<scalar_t>(
-            z, batch, gamma.const_data_ptr<double>(), beta.const_data_ptr<double>(),
-            mean_before.const_data_ptr<double>(), var_before.const_data_ptr<double>(), eps,
-            out.data_ptr<scalar_t>());
+        const ScaledLinear<scalar_t> z{
+            y.const_data_ptr<acc_t>(), scale_broadcast.const_data_ptr<acc_t>(),
+            scale_broadcast.stride(0), scale_broadcast.stride(1), features, eager};
+        const double* gamma_p = gamma.const_data_ptr<double>();
+        const double* beta_p = beta.const_data_ptr<double>();
+        const double* mean_p = mean_before.const_data_ptr<double>();
+        const double* var_p = var_before.const_data_ptr<double>();
+        if (training) {
+          batchnorm_train<scalar_t>(z, y.data_ptr<acc_t>(), batch, gamma_p, beta_p, mean_p, var_p,
+                                    eps, factor, out.data_ptr<scalar_t>(),
+                                    new_mean.data_ptr<double>(), new_var.data_ptr<double>());
+        } else {
+          batchnorm_eval<scalar_t>(z, batch, gamma_p, beta_p, mean_p, var_p, eps,
+                                   out.data_ptr<scalar_t>());
+        }
       });
+  if (training) {
+    // copy_ converts to the buffers' dtype, honours their strides and bumps their versions.
+    running_mean.copy_(new_mean);
+    running_var.copy_(new_var);
+  }
   return out;
 }
 

@@ -76,9 +76,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
 
-  at::Tensor y = eager ? linear_as_the_reference_writes_it(x, weight, bias).to(acc_dtype)
-                       : at::addmm(bias.to(acc_dtype), x.to(acc_dtype), weight.to(acc_dtype).t());
-  if (!y.is_contiguous()) y = y.contiguous();
+  const at::Tensor y = cpu::linear_in(acc_dtype, x, weight, bias, eager);
   // y is a fresh buffer: when the output dtype is the accumulation dtype, write over it.
   at::Tensor out = x.scalar_type() == acc_dtype ? y : at::empty({batch, channels}, x.options());
   const at::Tensor gamma = gn_weight.to(acc_dtype).contiguous();

@@ -86,6 +86,20 @@ double dot_in_double(const scalar_t* x, const double* w, int64_t n) {
   return (partial[0] + partial[1]) + (partial[2] + partial[3]);
 }
 
+// o[rows[q]] (rows null: o[q]) = the sum of row q of y (count, width) in double, rounded once
+// to scalar_t, as torch.sum writes it.
+template <typename scalar_t, typename acc_t>
+void row_sums_in_double(const acc_t* y, int64_t count, int64_t width, const int64_t* rows,
+                        scalar_t* o) {
+  at::parallel_for(0, count, cpu::grain_for(width), [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < width; ++j) sum += static_cast<double>(y[q * width + j]);
+      o[rows != nullptr ? rows[q] : q] = static_cast<scalar_t>(sum);
+    }
+  });
+}
+
 // "eager" numerics on a float16/bfloat16 model: the reference rounds every Linear output y_j
 // to the model's dtype before its sum, and the fold (which never forms y_j) cannot repeat that,
 // so this runs the full GEMM (out_features times the fold's work) as the reference's Linear
@@ -100,17 +114,8 @@ at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight,
   at::Tensor out = at::empty({batch, 1}, x.options());
   AT_DISPATCH_REDUCED_FLOATING_TYPES(x.scalar_type(), "eager_linear_sum", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const acc_t* yp = y.const_data_ptr<acc_t>();
-    scalar_t* o = out.data_ptr<scalar_t>();
-    at::parallel_for(0, batch, cpu::grain_for(out_features), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        double sum = 0.0;
-        for (int64_t j = 0; j < out_features; ++j) {
-          sum += static_cast<double>(yp[i * out_features + j]);
-        }
-        o[i] = static_cast<scalar_t>(sum);
-      }
-    });
+    row_sums_in_double(y.const_data_ptr<acc_t>(), batch, out_features, nullptr,
+                       out.data_ptr<scalar_t>());
   });
   return out;
 }
@@ -168,18 +173,8 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
         using acc_t = at::opmath_type<scalar_t>;
         const at::Tensor x_acc = x_c.to(c10::CppTypeToScalarType<acc_t>::value);
         const at::Tensor linear = cpu::linear_of_rows(x_acc, weight, bias, rows);
-        const int64_t out_features = linear.size(1);
-        const acc_t* y = linear.const_data_ptr<acc_t>();
-        const int64_t count = static_cast<int64_t>(rows.size());
-        at::parallel_for(0, count, cpu::grain_for(out_features), [&](int64_t begin, int64_t end) {
-          for (int64_t q = begin; q < end; ++q) {
-            double sum = 0.0;
-            for (int64_t j = 0; j < out_features; ++j) {
-              sum += static_cast<double>(y[q * out_features + j]);
-            }
-            o[rows[q]] = static_cast<scalar_t>(sum);
-          }
-        });
+        row_sums_in_double(linear.const_data_ptr<acc_t>(), linear.size(0), linear.size(1),
+                           rows.data(), o);
       });
   return out;
 }

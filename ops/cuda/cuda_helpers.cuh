@@ -21,13 +21,20 @@ __host__ __device__ inline bool is_16_byte_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Four consecutive floats of a row of k from column col, those past k read as zero: one 16-byte
+// load where `vector` (the row 16-byte aligned, k a multiple of 4) and all four lie inside.
+__device__ __forceinline__ float4 load4(const float* row, int64_t col, int64_t k, bool vector) {
+  if (vector && col + 3 < k) return *reinterpret_cast<const float4*>(row + col);
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = col + i < k ? row[col + i] : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // Accumulation type: float for float/half/bfloat16, double for double.
 template <typename T> struct AccType { using type = float; };
 template <> struct AccType<double> { using type = double; };
 template <typename T> using acc_t = typename AccType<T>::type;
-
-template <typename Acc, typename T>
-__device__ __forceinline__ Acc to_acc(T v) { return static_cast<Acc>(v); }
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v, int width = kWarpSize) {

@@ -311,11 +311,11 @@ __global__ void groupnorm_quads_kernel(const float* __restrict__ y,
 template <typename scalar_t>
 bool eager_thread_pass(const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& beta,
                        at::Tensor& out, int64_t segments, int64_t groups, int group_size,
-                       double eps, double negative_slope, cudaStream_t stream) {
+                       const epilogues::GroupNormLeakyReluSum<acc_t<scalar_t>>& chain,
+                       cudaStream_t stream) {
   if constexpr (!std::is_same_v<scalar_t, at::Half> && !std::is_same_v<scalar_t, at::BFloat16>) {
     return false;
   } else {
-    const Chain chain{static_cast<float>(eps), static_cast<float>(negative_slope)};
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>(ceil_div(segments, threads), 65535LL * 32);
     auto run = [&](auto lanes) {
@@ -369,7 +369,7 @@ void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, i
     }
     if (eager && y.scalar_type() == out.scalar_type() && group_size <= kWarpSize &&
         eager_thread_pass<scalar_t>(y, gamma, beta, out, segments, num_groups,
-                                    static_cast<int>(group_size), eps, negative_slope, stream)) {
+                                    static_cast<int>(group_size), chain, stream)) {
       return;
     }
     auto launch = [&](auto store, const auto* ys) {

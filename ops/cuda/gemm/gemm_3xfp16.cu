@@ -85,15 +85,6 @@ __device__ __forceinline__ void split4(float4 q, int shift, Half4& hi, Half4& lo
   lo = {__halves2half2(l[0], l[1]), __halves2half2(l[2], l[3])};
 }
 
-// Four consecutive values of a row from column col (columns past k read as zero).
-__device__ __forceinline__ float4 load4(const float* src, int64_t col, int64_t k, bool vector) {
-  if (vector && col + 3 < k) return *reinterpret_cast<const float4*>(src + col);
-  float v[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = col + i < k ? src[col + i] : 0.0f;
-  return make_float4(v[0], v[1], v[2], v[3]);
-}
-
 // Writes the pair of four columns at col: [hi | lo] (x) or [lo | hi] (W) halves kp apart.
 __device__ __forceinline__ void store_pair(__half* d, int64_t col, int64_t kp, bool lo_first,
                                            const Half4& hi, const Half4& lo) {

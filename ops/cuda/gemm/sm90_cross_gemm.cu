@@ -1,10 +1,13 @@
-// The cross-term GEMM of the 3xFP16 engine (mainloop_3xfp16_sm90.h).
+// The cross-term GEMM of the 3xFP16 engine (mainloop_3xfp16_sm90.h), and, for a build without
+// sm_90a, every sm90_*.cu entry point as a stub that throws: the planner never chooses them
+// there (sm90_kernels_built, can_run_3xfp16).
+#include "cuda/gemm/gemm_half.h"
 #include "cuda/gemm/mainloop_3xfp16_sm90.h"
-
-#include <stdexcept>
 
 #if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/sm90_gemm_types.cuh"
+#else
+#include <stdexcept>
 #endif
 
 namespace fusedops::cuda::gemm {
@@ -21,12 +24,34 @@ void cross_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, f
 }
 
 bool sm90_kernels_built() { return true; }
-#else  // built without sm_90a: the engine is never chosen (can_run_3xfp16)
-void cross_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*, cudaStream_t) {
+#else
+namespace {
+[[noreturn]] void no_sm90_kernels() {
   throw std::runtime_error("fusedops: this build has no sm_90a GEMM kernels");
 }
+}  // namespace
 
 bool sm90_kernels_built() { return false; }
+
+void cross_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*, cudaStream_t) {
+  no_sm90_kernels();
+}
+void promoted_gemm_sm90(const Fp16GemmShape&, const void*, const void*, const float*, float*,
+                        const float*, const float*, cudaStream_t) {
+  no_sm90_kernels();
+}
+void promoted_scaled_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
+                               const float*, cudaStream_t) {
+  no_sm90_kernels();
+}
+void promoted_partial_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
+                                cudaStream_t) {
+  no_sm90_kernels();
+}
+void half_groupnorm_gemm_sm90(HalfType, const Fp16GemmShape&, const void*, const void*,
+                              const GroupNormEpilogueArgs&, cudaStream_t) {
+  no_sm90_kernels();
+}
 #endif
 
 }  // namespace fusedops::cuda::gemm

@@ -1,16 +1,12 @@
-// The native float16/bfloat16 GEMMs with fused operator epilogues (gemm_half.h).
+// The native float16/bfloat16 GEMMs with fused operator epilogues (gemm_half.h). Without
+// sm_90a: sm90_cross_gemm.cu's stub.
+#if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/gemm_half.h"
 
-#include <stdexcept>
-
-#if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/epilogue_groupnorm_sm90.cuh"
 #include "cuda/gemm/sm90_gemm_types.cuh"
-#endif
 
 namespace fusedops::cuda::gemm {
-
-#if defined(FUSEDOPS_SM90A)
 namespace {
 
 // Ping-pong: the two consumer warp groups take alternate 128 x 128 tiles, so one's epilogue
@@ -65,11 +61,6 @@ void half_groupnorm_gemm_sm90(HalfType type, const Fp16GemmShape& shape, const v
     groupnorm_gemm_to<cutlass::bfloat16_t>(shape, x, w, epilogue, stream);
   }
 }
-#else
-void half_groupnorm_gemm_sm90(HalfType, const Fp16GemmShape&, const void*, const void*,
-                              const GroupNormEpilogueArgs&, cudaStream_t) {
-  throw std::runtime_error("fusedops: this build has no sm_90a GEMM kernels");
-}
-#endif
 
 }  // namespace fusedops::cuda::gemm
+#endif

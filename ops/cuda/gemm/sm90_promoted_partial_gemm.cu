@@ -1,16 +1,10 @@
 // The promoted main-term GEMM of the 3xFP16 engine without epilogue arithmetic: split-K
-// partials (mainloop_3xfp16_sm90.h).
-#include "cuda/gemm/mainloop_3xfp16_sm90.h"
-
-#include <stdexcept>
-
+// partials (mainloop_3xfp16_sm90.h). Without sm_90a: sm90_cross_gemm.cu's stub.
 #if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/sm90_gemm_types.cuh"
-#endif
 
 namespace fusedops::cuda::gemm {
 
-#if defined(FUSEDOPS_SM90A)
 void promoted_partial_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b,
                                 float* d, cudaStream_t stream) {
   using Epi = sm90::Epilogue<sm90::PromotedTile, void>;
@@ -21,11 +15,6 @@ void promoted_partial_gemm_sm90(const Fp16GemmShape& shape, const void* a, const
   args.epilogue.thread.beta = 0.0f;
   sm90::run<G>(args, stream, "promoted_partial_gemm_sm90");
 }
-#else
-void promoted_partial_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
-                                cudaStream_t) {
-  throw std::runtime_error("fusedops: this build has no sm_90a GEMM kernels");
-}
-#endif
 
 }  // namespace fusedops::cuda::gemm
+#endif

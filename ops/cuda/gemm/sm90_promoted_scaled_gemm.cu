@@ -1,17 +1,11 @@
 // The 3xFP16 engine's main term alone, scaled per row: the 1xFP16 form, TF32's accuracy at the
 // fp16 rate (gemm_3xfp16.h), its epilogue d[r] = alpha[r] * acc[r] (mainloop_3xfp16_sm90.h).
-#include "cuda/gemm/mainloop_3xfp16_sm90.h"
-
-#include <stdexcept>
-
+// Without sm_90a: sm90_cross_gemm.cu's stub.
 #if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/sm90_gemm_types.cuh"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
-#endif
 
 namespace fusedops::cuda::gemm {
-
-#if defined(FUSEDOPS_SM90A)
 namespace {
 
 namespace fusion = cutlass::epilogue::fusion;
@@ -35,11 +29,6 @@ void promoted_scaled_gemm_sm90(const Fp16GemmShape& shape, const void* a, const 
   args.epilogue.thread = {{alpha, 0.0f, {cute::_1{}, cute::_0{}, 0}}, {}, {}};
   sm90::run<G>(args, stream, "promoted_scaled_gemm_sm90");
 }
-#else
-void promoted_scaled_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
-                               const float*, cudaStream_t) {
-  throw std::runtime_error("fusedops: this build has no sm_90a GEMM kernels");
-}
-#endif
 
 }  // namespace fusedops::cuda::gemm
+#endif

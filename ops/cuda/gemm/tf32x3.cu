@@ -66,15 +66,7 @@ __global__ void split_3xtf32_kernel(const float* __restrict__ src, float* __rest
     float* d = dst + row * 2 * k_padded;
     for (int64_t col = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
          col < k_padded; col += 4 * static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float4 v;
-      if (vector_loads && col < k) {
-        v = *reinterpret_cast<const float4*>(s + col);
-      } else {
-        v.x = col < k ? s[col] : 0.0f;
-        v.y = col + 1 < k ? s[col + 1] : 0.0f;
-        v.z = col + 2 < k ? s[col + 2] : 0.0f;
-        v.w = col + 3 < k ? s[col + 3] : 0.0f;
-      }
+      const float4 v = load4(s, col, k, vector_loads);
       const HiLo a = split_value(v.x), b = split_value(v.y), c = split_value(v.z),
                  e = split_value(v.w);
       const float4 hi = {a.hi, b.hi, c.hi, e.hi};
