@@ -1,5 +1,6 @@
 // Model 39 on CUDA, a composition: checks, the planned GEMM y = x W^T (cuda/linear.h), then
-// z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h).
+// z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h);
+// in eval mode at small batch all of it in one kernel (skinny-half-fused, gemm/skinny_half.h).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -9,6 +10,7 @@
 #include "common/checks.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/batchnorm.h"
+#include "cuda/gemm/skinny_half.h"
 #include "cuda/linear.h"
 
 namespace fusedops {
@@ -34,14 +36,23 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     return out;
   }
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
-  const cuda::PlannedLinear planned =
-      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, /*epilogue_fusable=*/false,
-                        out_dtype != x.scalar_type());
+  const at::Tensor gamma = bn_weight.contiguous(), beta = bn_bias.contiguous();
+  // In eval mode with one scale value per column the whole chain is a per-column affine map,
+  // which the skinny-half kernel applies to its tile.
+  const bool fusable = !training && scale.dim() == 1 && scale.size(0) == n;
+  const cuda::PlannedLinear planned = cuda::plan_linear(
+      plan::Op::kScaleBatchNorm, xc, wc, mode, fusable, out_dtype != x.scalar_type());
+  if (planned.plan.route == plan::Route::kSkinnyHalfFused) {
+    cuda::gemm::skinny_half_batchnorm_eval(xc, wc, bc, scale, gamma, beta,
+                                           running_mean.contiguous(), running_var.contiguous(),
+                                           eps, out, planned.request.device.sm_count);
+    return out;
+  }
   const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
   cuda::BatchNormArgs args{linear.bias_added ? at::Tensor() : bc,
                            scale,
-                           bn_weight.contiguous(),
-                           bn_bias.contiguous(),
+                           gamma,
+                           beta,
                            running_mean,
                            running_var,
                            num_batches_tracked,

@@ -185,7 +185,12 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
     return {Route::kCublasHalf, Route::kNone, "FUSEDOPS_HALF_GEMM=cublas"};
   }
   // Model 62, "accurate": its whole epilogue can run on the GEMM's float32 accumulators.
-  const bool fusable_op = r.op == Op::kGroupNormLeakyRelu && r.numerics == Numerics::kAccurate;
+  const bool accurate = r.numerics == Numerics::kAccurate;
+  const bool fusable_op = r.op == Op::kGroupNormLeakyRelu && accurate;
+  // The skinny-half kernel's epilogues: model 62's, and model 39's in eval mode (its operator
+  // says which through epilogue_fusable).
+  const bool skinny_fusable = r.epilogue_fusable && accurate &&
+                              (r.op == Op::kGroupNormLeakyRelu || r.op == Op::kScaleBatchNorm);
   const char* why_not = why_not_sm90_half(r);
   if (fusable_op && s.half_gemm == HalfGemmSetting::kFused) {
     TORCH_CHECK(why_not == nullptr, "fusedops ", op_name(r.op),
@@ -198,7 +203,7 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   // issue 25), and, one launch of our own, costs the host less than cuBLAS's call (no
   // handle, math mode or workspace): below the crossover it runs.
   if (r.m <= kMaxSkinnyHalfRows && skinny_half_fits(r)) {
-    if (fusable_op && r.epilogue_fusable) {
+    if (skinny_fusable) {
       return {Route::kSkinnyHalfFused, Route::kNone,
               "at most 16 rows: a read of W, the epilogue in the same kernel (weight-streaming "
               "tensor-core kernel)"};

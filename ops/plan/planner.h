@@ -50,7 +50,8 @@ struct GemmRequest {
   // x and the weight as the GEMM reads them (contiguous) start on 16-byte boundaries.
   bool x_aligned = true, w_aligned = true;
   // The operator's epilogue can run inside its fused route at these sizes (model 62: the group
-  // size and its parameters' alignment; model 98: the pooled width and its bias's alignment).
+  // size and its parameters' alignment; model 98: the pooled width and its bias's alignment;
+  // model 39: eval mode with one scale value per column).
   bool epilogue_fusable = false;
   // The operator's autocast form (common/checks.h): x and weight in dtype, everything after
   // the Linear float32; the routes are dtype's, the epilogue float32.

@@ -17,7 +17,8 @@ enum class Route : uint8_t {
   kSkinny,          // float32, at most 4 rows: the weight-streaming kernel (gemm/skinny.h)
   kSkinnyHalf,      // float16/bfloat16, at most 16 rows: the weight-streaming tensor-core
                     // kernel, float32 output (gemm/skinny_half.h)
-  kSkinnyHalfFused, // ... with the operator's epilogue on its tile (model 62: one kernel)
+  kSkinnyHalfFused, // ... with the operator's epilogue on its tile (models 62 and 39 in eval:
+                    // one kernel)
   kFp16x3,          // float32-accurate on Hopper: the 3xFP16 engine (gemm/gemm_3xfp16.h)
   kFp16x3Fused,     // ... its K-slice partials summed by the operator's epilogue (model 98)
   kFp16x1,          // TF32 allowed, on Hopper: the 3xFP16 engine's main term alone (TF32's

@@ -138,7 +138,10 @@ const std::vector<Row> kTable = {
     {"62 bf16 1 row on A100: skinny-half, fused", k62, bf16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"62 f16 16 rows, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"62 f16 17 rows: cuBLAS (too few tiles to fuse)", k62, f16, acc, ieee, &kAuto, kH100, 17, 8192, 8192, true, true, Route::kCublasHalf, none},
-    {"39 bf16 1 row: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"39 bf16 1 row, training: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"39 bf16 1 row, eval: skinny-half, fused", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
+    {"39 f16 eval at 1024 rows: no fused route for 39 there", k39, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kCublasHalf, none},
+    {"98 f16 8 rows: no skinny epilogue for 98", k98, f16, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalf, none},
     {"39 f16 1 row on A100: skinny-half", k39, f16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"39 f16 1 row on sm_75: no mma.sync bf16, cuBLAS", k39, f16, acc, ieee, &kAuto, kT4, 1, 8192, 8192, true, false, Route::kCublasHalf, none},
     {"98 f16 eager 8 rows: skinny-half (rounding in the epilogue)", k98, f16, eager, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalf, none},
@@ -320,13 +323,13 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                                 device.major >= 8 && s != &kCublas);
                   }
                   if (r == Route::kSkinnyHalfFused) {
-                    EXPECT_TRUE(op == k62 && fusable && num == acc);
+                    EXPECT_TRUE((op == k62 || op == k39) && fusable && num == acc);
                   }
                   // Below the crossover every half-precision GEMM of ours streams W.
                   if (half && num == acc && s == &kAuto && size[0] <= plan::kMaxSkinnyHalfRows &&
                       op != k18) {
-                    EXPECT_EQ(r, op == k62 && fusable ? Route::kSkinnyHalfFused
-                                                      : Route::kSkinnyHalf);
+                    EXPECT_EQ(r, (op == k62 || op == k39) && fusable ? Route::kSkinnyHalfFused
+                                                                     : Route::kSkinnyHalf);
                   }
                   if (r == Route::kSm90HalfFused) {
                     EXPECT_TRUE(op == k62 && fusable && num == acc && device.major == 9 &&

@@ -16,6 +16,7 @@
 
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
+#include "epilogues/scale_batchnorm.h"
 
 namespace fusedops::cuda {
 namespace {
@@ -66,7 +67,7 @@ struct ColumnScales {
 struct LinearTimesScale {
   template <typename y_t, typename scalar_t>
   __device__ __forceinline__ static y_t z(y_t y, const scalar_t* bias, scalar_t s, int64_t j) {
-    return (y + static_cast<y_t>(bias[j])) * static_cast<y_t>(s);
+    return epilogues::ScaleBatchNorm::z(y, bias[j], s);
   }
 };
 
@@ -231,9 +232,8 @@ __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __rest
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
   if (!training) {
-    const double invstd = 1.0 / sqrt(static_cast<double>(running_var[j]) + eps);
-    center[j] = static_cast<y_t>(running_mean[j]);
-    mul[j] = static_cast<y_t>(invstd * static_cast<double>(gamma[j]));
+    epilogues::ScaleBatchNorm::eval_column(running_mean[j], running_var[j], gamma[j], eps,
+                                           center[j], mul[j]);
     return;
   }
   double sum = 0.0, sq = 0.0;
@@ -285,7 +285,7 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
-      o[e] = (z - c[e]) * m[e] + be[e];
+      o[e] = epilogues::ScaleBatchNorm::normalize(z, c[e], m[e], be[e]);
     }
     store_vector<V>(out + i * n + j0, o);
   }

@@ -3,6 +3,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <type_traits>
+
+#include "cuda/gemm/epilogue_batchnorm_skinny.cuh"
 #include "cuda/gemm/epilogue_groupnorm_skinny.cuh"
 #include "cuda/gemm/gemv_half_kernel.cuh"
 
@@ -56,6 +59,36 @@ void with_half_type(at::ScalarType t, const F& f) {
   }
 }
 
+// An epilogue over 16-row blocks: one 8-row tile of x up to 8 rows (half the MMAs and x
+// loads: 0.0264 against 0.0282 ms for a model 98 call at 8 and 16 rows, H100), else two.
+template <typename T, typename Epilogue>
+void launch_16_rows(const at::Tensor& x, const at::Tensor& weight, const Epilogue& epilogue,
+                    int sm_count) {
+  const auto tiles = [&](auto kTiles) {
+    constexpr int kT = decltype(kTiles)::value;
+    switch (warps_for((weight.size(0) + 15) / 16, sm_count)) {
+      case 8: return launch<T, 8, kT, 1>(x, weight, epilogue);
+      case 16: return launch<T, 16, kT, 1>(x, weight, epilogue);
+      default: return launch<T, 32, kT, 1>(x, weight, epilogue);
+    }
+  };
+  if (x.size(0) <= 8) {
+    tiles(std::integral_constant<int, 1>{});
+  } else {
+    tiles(std::integral_constant<int, 2>{});
+  }
+}
+
+// The per-column vectors' and out's type P: x's dtype, or float32 (the autocast form).
+template <typename T, typename F>
+void with_params_type(const at::Tensor& out, const F& f) {
+  if (out.scalar_type() == at::kFloat) {
+    f(float{});
+  } else {
+    f(T{});
+  }
+}
+
 }  // namespace
 
 void skinny_half_linear(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y,
@@ -64,19 +97,7 @@ void skinny_half_linear(const at::Tensor& x, const at::Tensor& weight, at::Tenso
   const StoreFloatY store{y.data_ptr<float>()};
   with_half_type(x.scalar_type(), [&](auto t) {
     using T = decltype(t);
-    const auto rows = [&](auto tiles) {
-      constexpr int kTiles = decltype(tiles)::value;
-      switch (warps_for((weight.size(0) + 15) / 16, sm_count)) {
-        case 8: return launch<T, 8, kTiles, 1>(x, weight, store);
-        case 16: return launch<T, 16, kTiles, 1>(x, weight, store);
-        default: return launch<T, 32, kTiles, 1>(x, weight, store);
-      }
-    };
-    if (x.size(0) <= 8) {
-      rows(std::integral_constant<int, 1>{});
-    } else {
-      rows(std::integral_constant<int, 2>{});
-    }
+    launch_16_rows<T>(x, weight, store, sm_count);
   });
 }
 
@@ -96,22 +117,33 @@ void skinny_half_groupnorm(const at::Tensor& x, const at::Tensor& weight, const 
           reinterpret_cast<const P*>(beta.data_ptr()), reinterpret_cast<P*>(out.data_ptr()), chain};
       // A block is one group: 16 x kRowTiles rows of W, for up to 16 rows of x.
       switch (group_size) {
-        case 16:
-          switch (warps_for(weight.size(0) / 16, sm_count)) {
-            case 8: return launch<T, 8, 2, 1>(x, weight, store);
-            case 16: return launch<T, 16, 2, 1>(x, weight, store);
-            default: return launch<T, 32, 2, 1>(x, weight, store);
-          }
+        case 16: return launch_16_rows<T>(x, weight, store, sm_count);
         case 32: return launch<T, 8, 2, 2>(x, weight, store);
         case 64: return launch<T, 8, 2, 4>(x, weight, store);
         default: return launch<T, 8, 2, 8>(x, weight, store);
       }
     };
-    if (out.scalar_type() == at::kFloat) {
-      run(float{});
-    } else {
-      run(T{});
-    }
+    with_params_type<T>(out, run);
+  });
+}
+
+void skinny_half_batchnorm_eval(const at::Tensor& x, const at::Tensor& weight,
+                                const at::Tensor& bias, const at::Tensor& scale,
+                                const at::Tensor& gamma, const at::Tensor& beta,
+                                const at::Tensor& running_mean, const at::Tensor& running_var,
+                                double eps, at::Tensor& out, int sm_count) {
+  check_operands(x, weight);
+  TORCH_INTERNAL_ASSERT(scale.dim() == 1 && scale.size(0) == weight.size(0));
+  with_half_type(x.scalar_type(), [&](auto t) {
+    using T = decltype(t);
+    with_params_type<T>(out, [&](auto p) {
+      using P = decltype(p);
+      const auto ptr = [](const at::Tensor& v) { return reinterpret_cast<const P*>(v.data_ptr()); };
+      const SkinnyBatchNormEvalStore<P> store{
+          ptr(bias), ptr(scale), scale.stride(0), ptr(gamma), ptr(beta), ptr(running_mean),
+          ptr(running_var), reinterpret_cast<P*>(out.data_ptr()), eps};
+      launch_16_rows<T>(x, weight, store, sm_count);
+    });
   });
 }
 

@@ -27,6 +27,16 @@ void skinny_half_groupnorm(const at::Tensor& x, const at::Tensor& weight, const 
                            int64_t group_size, const at::Tensor& gamma, const at::Tensor& beta,
                            double eps, double negative_slope, at::Tensor& out, int sm_count);
 
+// Model 39 in eval mode at small batch, the whole operator in one kernel: out = BatchNorm_eval(
+// (x W^T + bias) * scale) (epilogue_batchnorm_skinny.cuh). scale (N,) with any stride; bias,
+// gamma, beta, running_mean, running_var (N) contiguous and out (M, N), all in x's dtype or
+// all float32 (the autocast form).
+void skinny_half_batchnorm_eval(const at::Tensor& x, const at::Tensor& weight,
+                                const at::Tensor& bias, const at::Tensor& scale,
+                                const at::Tensor& gamma, const at::Tensor& beta,
+                                const at::Tensor& running_mean, const at::Tensor& running_var,
+                                double eps, at::Tensor& out, int sm_count);
+
 // A block owns one whole group: 16, 32, 64 or 128 channels (the same rule as the Hopper half
 // GEMM's fused epilogue, gemm_half.h's half_groupnorm_group_ok).
 inline bool skinny_half_group_ok(int64_t group_size) {
