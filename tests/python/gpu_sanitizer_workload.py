@@ -84,6 +84,26 @@ def main():
                 ok = torch.allclose(out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
                 print(f"62 {dtype} fused half GEMM {m}x{k}x{n} groups {groups}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
+    # The skinny-half kernel (at most 16 rows of float16/bfloat16, sm_80+), in eval mode as
+    # served: plain (model 98's pooled weight, 10 rows), with model 62's epilogue (groups of 16
+    # and of 32 channels) and with model 39's; in_features 264 = 256 + 8 leaves a partial round.
+    if torch.cuda.get_device_capability()[0] >= 8:
+        for key, init_args in (("98", (264, 50, 5, 2.0)), ("62", (264, 48, 3)),
+                               ("62", (264, 96, 3)), ("39", (264, 50, (50,)))):
+            prob = PROBLEMS[key]
+            for dtype, batch in ((torch.float16, 3), (torch.bfloat16, 11)):
+                ref = prob.model(*init_args).cuda().to(dtype).eval()
+                new = prob.model_new(*init_args).cuda().to(dtype).eval()
+                new.load_state_dict(ref.state_dict())
+                x = prob.make_input(batch, init_args, dist="randn", dtype=dtype, device="cuda")
+                with torch.no_grad():
+                    (line,) = fusedops.explain(new, x)
+                    out_ref, out_new = ref(x), new(x)
+                torch.cuda.synchronize()
+                ok = "skinny-half" in line and torch.allclose(
+                    out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
+                print(f"{key} {init_args} {dtype} batch {batch} skinny-half: {'ok' if ok else 'MISMATCH ' + line}")
+                failures += not ok
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")
     b = torch.randn(50, device="cuda")

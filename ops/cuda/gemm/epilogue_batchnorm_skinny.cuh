@@ -27,14 +27,21 @@ struct SkinnyBatchNormEvalStore {
   template <int kRows, int kCols>
   __device__ __forceinline__ void apply(float* tile, int row0, int m, int n, int threads) const {
     using Math = epilogues::ScaleBatchNorm;
+    // A column's (center, multiplier) once (a double square root and division), in the second
+    // warp's slots, free after the reduction.
+    float* center = tile + kRows * kCols;
+    float* mul = center + kRows;
+    for (int r = threadIdx.x; r < kRows; r += threads) {
+      const int j = min(row0 + r, n - 1);
+      Math::eval_column(running_mean[j], running_var[j], gamma[j], eps, center[r], mul[r]);
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < kRows * kCols; i += threads) {
       const int r = i % kRows, c = i / kRows, j = row0 + r;
       if (j >= n || c >= m) continue;
-      float center, mul;
-      Math::eval_column(running_mean[j], running_var[j], gamma[j], eps, center, mul);
       const float z = Math::z(tile[r * kCols + c], bias[j], scale[j * scale_stride]);
       out[static_cast<int64_t>(c) * n + j] =
-          static_cast<P>(Math::normalize(z, center, mul, static_cast<float>(beta[j])));
+          static_cast<P>(Math::normalize(z, center[r], mul[r], static_cast<float>(beta[j])));
     }
   }
 };
