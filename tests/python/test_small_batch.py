@@ -118,9 +118,10 @@ def test_skinny_half_in_a_cuda_graph(case):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-@pytest.mark.parametrize("case", ["39", "62g16", "98"])
+@pytest.mark.parametrize("case", ["39", "62g16"])
 def test_autocast_small_batch(case, dtype):
-    """A float32 model under torch.autocast at small batch: the half-precision kernels with the
+    """A float32 model under torch.autocast at small batch (models 39 and 62: the operators
+    with an autocast form, docs/MODELS.md): the half-precision kernels with the
     float32 parameters and result of the operator's autocast form, against the reference under
     the same autocast and in float64 on the values autocast multiplies (the Linear's weight and
     bias rounded to the autocast dtype)."""
