@@ -184,15 +184,16 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   if (s.half_gemm == HalfGemmSetting::kCublas) {
     return {Route::kCublasHalf, Route::kNone, "FUSEDOPS_HALF_GEMM=cublas"};
   }
-  // Model 62, "accurate": its whole epilogue can run on the GEMM's float32 accumulators.
   const bool accurate = r.numerics == Numerics::kAccurate;
-  const bool fusable_op = r.op == Op::kGroupNormLeakyRelu && accurate;
+  // The Hopper half GEMM's epilogue: model 62, "accurate" (its whole chain on the float32
+  // accumulators).
+  const bool sm90_fusable = r.op == Op::kGroupNormLeakyRelu && accurate;
   // The skinny-half kernel's epilogues: model 62's, and model 39's in eval mode (its operator
   // says which through epilogue_fusable).
   const bool skinny_fusable = r.epilogue_fusable && accurate &&
                               (r.op == Op::kGroupNormLeakyRelu || r.op == Op::kScaleBatchNorm);
   const char* why_not = why_not_sm90_half(r);
-  if (fusable_op && s.half_gemm == HalfGemmSetting::kFused) {
+  if (sm90_fusable && s.half_gemm == HalfGemmSetting::kFused) {
     TORCH_CHECK(why_not == nullptr, "fusedops ", op_name(r.op),
                 ": FUSEDOPS_HALF_GEMM=fused cannot run here: ", why_not, " (got m=", r.m,
                 ", n=", r.n, ", k=", r.k, ")");
@@ -211,7 +212,7 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
     return {Route::kSkinnyHalf, Route::kNone,
             "at most 16 rows: a read of W (weight-streaming tensor-core kernel)"};
   }
-  if (!fusable_op) {
+  if (!sm90_fusable) {
     return {Route::kCublasHalf, Route::kNone, "float16/bfloat16 with float32 accumulation"};
   }
   if (why_not != nullptr) {

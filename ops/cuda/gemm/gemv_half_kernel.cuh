@@ -1,8 +1,8 @@
 // The weight-streaming kernel for few rows in float16/bfloat16 (the skinny-half engine,
-// gemv_half.h): y (m, n) = x (m, k) W (n, k)^T with m <= 64, float32 accumulation and a float32
-// y. At such m the GEMM is a read of W (128 MiB at 8192 x 8192: 40 us at 3.35 TB/s), which
-// cuBLAS measured at 57% of HBM bandwidth (71 us at m = 1..64, H100). Kept free of ATen so a
-// standalone benchmark can include it.
+// skinny_half.h): y (m, n) = x (m, k) W (n, k)^T with m <= 8 kTiles, float32 accumulation. At
+// such m the GEMM is a read of W (128 MiB at 8192 x 8192: 40 us at 3.35 TB/s), which cuBLAS
+// measured at 57% of HBM bandwidth (59 us at m = 1..64, H100, L2 flushed by a write). Kept free
+// of ATen so a standalone benchmark can include it.
 //
 // The product runs on the tensor cores (mma.sync m16n8k16, float accumulators) with W as the
 // 16-row operand and 8 rows of x as the other, so one MMA serves 16 rows of W for up to 8 rows
@@ -24,8 +24,6 @@
 #include <type_traits>
 
 namespace fusedops::cuda::gemm {
-
-inline constexpr int kGemvMaxRows = 64;  // rows of x: eight 8-row tiles
 
 template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
