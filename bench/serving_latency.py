@@ -4,7 +4,7 @@ same call (the GPU's share alone) and the host time of the call.
 
     python bench/serving_latency.py [--models 18,98,39,62] [--dtypes float32,float16,bfloat16]
         [--batches 1,2,4,8,16,32,64,128,256] [--reps 50] [--json FILE] [--host-profile]
-        [--flush write|read]
+        [--flush write|read] [--host-floor]
 
 Per row: `call` = CUDA events around one Python call on an idle GPU (the host work before the
 first launch counts, as it does for a server's request), median of --reps; models 18 and 98
@@ -15,6 +15,10 @@ weights the call must read at --hbm-tbs. `cublas` (float16/bfloat16) = the same 
 FUSEDOPS_HALF_GEMM=cublas, the route those sizes took before the skinny-half engine, timed in
 the same run. --host-profile prints, for batch 1 of each model and
 dtype, the CPU-side events (operators and CUDA runtime calls) of one call in order.
+--host-floor prints first what one call costs the host when calls run back to back (2000 calls
+timed together, median of 5 loops; the GPU keeps up, so the loop is host-bound): a bare
+torch.add on a 1 x 8 tensor (this machine's floor for any PyTorch operator call), the
+fused operator called through torch.ops with its arguments at hand, and the ModelNew call.
 """
 import argparse
 import json
@@ -96,6 +100,53 @@ def time_graph(fn, reps, flush):
     return time_events(graph.replay, reps, flush)
 
 
+def host_per_call_us(fn, calls=2000, loops=5):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(loops):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+OPERATOR_ARGS = {
+    "18": lambda m: (m.linear.weight, m.linear.bias),
+    "98": lambda m: (m.matmul.weight, m.matmul.bias, m.pool_kernel_size, float(m.scale_factor)),
+    "39": lambda m: (m.gemm.weight, m.gemm.bias, m.scale, m.bn.weight, m.bn.bias,
+                     m.bn.running_mean, m.bn.running_var, m.bn.num_batches_tracked,
+                     m.bn.training, m.bn.momentum, m.bn.eps),
+    "62": lambda m: (m.fc.weight, m.fc.bias, m.gn.num_groups, m.gn.weight, m.gn.bias, m.gn.eps,
+                     m.leaky_relu.negative_slope),
+}
+
+
+def host_floor(models, dtypes):
+    tiny = torch.randn(1, 8, device="cuda")
+    print(f"== host cost of one call, back to back: torch.add "
+          f"{host_per_call_us(lambda: torch.add(tiny, tiny)):.1f} us")
+    for key in models:
+        prob = PROBLEMS[key]
+        for dname in dtypes:
+            torch.manual_seed(0)
+            new = prob.model_new(*prob.init_args).cuda().to(getattr(torch, dname)).eval()
+            x = prob.make_input(1, dtype=getattr(torch, dname), device="cuda")
+            op = getattr(torch.ops.fusedops, prob.op)
+            args = (x, *OPERATOR_ARGS[key](new))
+            with torch.no_grad():
+                direct = host_per_call_us(
+                    lambda: op(*args, cache_folds=True, numerics="accurate"))
+                module = host_per_call_us(lambda: new(x))
+            print(f"   {key} {dname} batch 1: torch.ops call {direct:.1f} us, "
+                  f"ModelNew call {module:.1f} us")
+            del new
+            torch.cuda.empty_cache()
+
+
 def host_profile(label, fn):
     for _ in range(5):
         fn()
@@ -125,11 +176,16 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     p.add_argument("--host-profile", action="store_true")
     p.add_argument("--no-graph", action="store_true")
-    p.add_argument("--flush", choices=("write", "read"), default="write")
+    p.add_argument("--flush", choices=("write", "read"), default="write",
+                   help="how L2 is emptied before each call of 39 and 62 (see flush_l2)")
+    p.add_argument("--host-floor", action="store_true",
+                   help="first print the host cost of back-to-back calls (see above)")
     args = p.parse_args(argv)
     global FLUSH
     FLUSH = args.flush
     torch.backends.cuda.matmul.fp32_precision = "ieee"
+    if args.host_floor:
+        host_floor(args.models.split(","), args.dtypes.split(","))
     flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     rows = []
     print(f"{'model':>5} {'dtype':>9} {'batch':>5} {'call':>8} {'host':>8} {'graph':>8} "
