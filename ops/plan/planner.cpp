@@ -199,10 +199,13 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
                 ", n=", r.n, ", k=", r.k, ")");
     return {Route::kSm90HalfFused, Route::kNone, "FUSEDOPS_HALF_GEMM=fused"};
   }
-  // Small-batch serving: few rows make the GEMM a read of W. The skinny-half kernel reads it
-  // as fast as cuBLAS up to 16 rows and slower from 32 (H100, cold L2: docs/PERFORMANCE.md,
-  // issue 25), and, one launch of our own, costs the host less than cuBLAS's call (no
-  // handle, math mode or workspace): below the crossover it runs.
+  // Small-batch serving: few rows make the GEMM a read of W. Up to 16 rows the skinny-half
+  // kernel takes within 7% of cuBLAS's kernel time (faster with L2 full of dirty lines, slower
+  // with clean ones), from 24 rows 3-38% more (bench/gemv_floor.cu, H100: docs/PERFORMANCE.md,
+  // issue 25); one launch of our own with the operator's epilogue inside, its call costs the
+  // host less than cuBLAS's (no handle, math mode or workspace) plus an epilogue pass: model
+  // 39's and 62's half calls at 1-16 rows measured 0.067-0.080 ms against that route's
+  // 0.077-0.085.
   if (r.m <= kMaxSkinnyHalfRows && skinny_half_fits(r)) {
     if (skinny_fusable) {
       return {Route::kSkinnyHalfFused, Route::kNone,

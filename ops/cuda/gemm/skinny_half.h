@@ -8,9 +8,11 @@
 namespace fusedops::cuda::gemm {
 
 // The most rows of x it takes (two 8-row tiles). The planner's threshold (planner.h) is
-// measured: at n = k = 8192 and cold L2 on an H100 the kernel took 0.0568-0.0592 ms at
-// m = 1..16 against cuBLAS's 0.0592-0.0594, and lost from m = 32 (0.080 against 0.060): with
-// more rows of x its re-reads of x through L2 grow, where cuBLAS's tiles share them.
+// measured (bench/gemv_floor.cu, n = k = 8192, H100): at m = 1..16 the kernel took
+// 0.0571-0.0592 ms against cuBLAS's 0.0592-0.0596 with L2 emptied by a write, 0.0519-0.0531
+// against 0.0491-0.0501 by a read (a plain read of W: 0.0529 and 0.0468); from 24 rows it
+// loses (0.062-0.074 against 0.060): its re-reads of x through L2 grow with the rows of x,
+// where cuBLAS's tiles share them.
 inline constexpr int64_t kSkinnyHalfCapacity = 16;
 
 // x (M <= kSkinnyHalfCapacity, K) and weight (N, K) contiguous, one dtype (float16 or bfloat16),
