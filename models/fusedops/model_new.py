@@ -23,6 +23,10 @@ run in float16/bfloat16 (KernelBench's atol = rtol = 1e-2) sees the same roundin
 (docs/MODELS.md, "Numerics"). float32 and float64 models compute the same either way. The
 operator checks the value ("accurate" or "eager"); like cache_folds it survives scripting and
 export, and a C++ host can set it (module.setattr("numerics", "eager")).
+
+Each forward reads a submodule once (`fc = self.fc`): every read of a submodule or a parameter
+goes through nn.Module.__getattr__, a Python function (about 0.6 us a read on a fast CPU), a
+large share of a small-batch call's host time (issue 25; docs/PERFORMANCE.md).
 """
 import torch
 import torch.nn as nn
@@ -50,8 +54,9 @@ class ModelNew98(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
+        matmul = self.matmul
         return torch.ops.fusedops.matmul_avgpool_gelu_scale_max(
-            x, self.matmul.weight, self.matmul.bias, self.pool_kernel_size,
+            x, matmul.weight, matmul.bias, self.pool_kernel_size,
             float(self.scale_factor),
             cache_folds=self.cache_folds, numerics=self.numerics)
 
@@ -65,8 +70,9 @@ class ModelNew18(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
+        linear = self.linear
         return torch.ops.fusedops.matmul_sum_max_avgpool_logsumexp_logsumexp(
-            x, self.linear.weight, self.linear.bias,
+            x, linear.weight, linear.bias,
             cache_folds=self.cache_folds, numerics=self.numerics)
 
 
@@ -92,8 +98,9 @@ class ModelNew39(nn.Module):
                 "track_running_stats=False); fusedops.gemm_scale_batchnorm needs "
                 "running_mean, running_var and num_batches_tracked, as Model39's "
                 "BatchNorm1d(out_features) has them")
+        gemm = self.gemm
         return torch.ops.fusedops.gemm_scale_batchnorm(
-            x, self.gemm.weight, self.gemm.bias, self.scale, bn.weight, bn.bias,
+            x, gemm.weight, gemm.bias, self.scale, bn.weight, bn.bias,
             running_mean, running_var, num_batches_tracked, bn.training, bn.momentum, bn.eps,
             cache_folds=self.cache_folds, numerics=self.numerics)
 
@@ -110,7 +117,9 @@ class ModelNew62(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
+        fc, gn = self.fc, self.gn
+        # GroupNorm's constants through self.gn: TorchScript finds them only on that path.
         return torch.ops.fusedops.matmul_groupnorm_leakyrelu_sum(
-            x, self.fc.weight, self.fc.bias, self.gn.num_groups, self.gn.weight, self.gn.bias,
+            x, fc.weight, fc.bias, self.gn.num_groups, gn.weight, gn.bias,
             self.gn.eps, self.leaky_relu.negative_slope,
             cache_folds=self.cache_folds, numerics=self.numerics)
