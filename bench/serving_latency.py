@@ -116,14 +116,10 @@ def host_per_call_us(fn, calls=2000, loops=5):
     return statistics.median(out)
 
 
+# The operator's arguments after x, as ModelNew's forward passes them (--host-floor's models).
 OPERATOR_ARGS = {
     "18": lambda m: (m.linear.weight, m.linear.bias),
     "98": lambda m: (m.matmul.weight, m.matmul.bias, m.pool_kernel_size, float(m.scale_factor)),
-    "39": lambda m: (m.gemm.weight, m.gemm.bias, m.scale, m.bn.weight, m.bn.bias,
-                     m.bn.running_mean, m.bn.running_var, m.bn.num_batches_tracked,
-                     m.bn.training, m.bn.momentum, m.bn.eps),
-    "62": lambda m: (m.fc.weight, m.fc.bias, m.gn.num_groups, m.gn.weight, m.gn.bias, m.gn.eps,
-                     m.leaky_relu.negative_slope),
 }
 
 
@@ -131,7 +127,7 @@ def host_floor(models, dtypes):
     tiny = torch.randn(1, 8, device="cuda")
     print(f"== host cost of one call, back to back: torch.add "
           f"{host_per_call_us(lambda: torch.add(tiny, tiny)):.1f} us")
-    for key in [k for k in models if k in WARM_L2]:
+    for key in [k for k in models if k in OPERATOR_ARGS]:  # the host-bound calls
         prob = PROBLEMS[key]
         for dname in dtypes:
             torch.manual_seed(0)
