@@ -1,8 +1,8 @@
 """TF32 allowed (torch's float32 matmul precision "high"): the route the planner takes must be
 as accurate as PyTorch's own TF32 result. On Hopper that route is the 3xFP16 engine's main
 term alone ("1xfp16": each operand rounded to fp16's 11 significant bits, as TF32 rounds it
-to its 11, with per-row power-of-two scales keeping fp16's range, the engine's guard and
-promotion); fusedops.explain proves it ran. Compared, per model, with the reference run in
+to its 11, with per-row power-of-two scales keeping fp16's range and the engine's guard);
+fusedops.explain proves it ran. Compared, per model, with the reference run in
 float64 on the same weights and input: the relative error ||out - ref64|| / ||ref64|| of ours
 against PyTorch's TF32 reference's, at the default sizes and odd ones, on rand and randn, and
 on adversarial ranges (row scales far apart, a row spanning more than fp16 holds, a weight row

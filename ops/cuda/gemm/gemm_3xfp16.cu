@@ -85,22 +85,38 @@ __device__ __forceinline__ void split4(float4 q, int shift, Half4& hi, Half4& lo
   lo = {__halves2half2(l[0], l[1]), __halves2half2(l[2], l[3])};
 }
 
-// Writes the pair of four columns at col: [hi | lo] (x) or [lo | hi] (W) halves kp apart.
-__device__ __forceinline__ void store_pair(__half* d, int64_t col, int64_t kp, bool lo_first,
-                                           const Half4& hi, const Half4& lo) {
-  *reinterpret_cast<Half4*>(d + col) = lo_first ? lo : hi;
-  *reinterpret_cast<Half4*>(d + kp + col) = lo_first ? hi : lo;
+// What a split row holds: the pair, kp halves apart, [hi | lo] (x) or [lo | hi] (W; the cross
+// GEMM pairs x_hi with W_lo and x_lo with W_hi over 2K, the main term reads the hi halves); or
+// x's hi part alone (kp halves), all the one-product form reads: a third less traffic than the
+// pair (read 4 bytes a value, write 2 instead of 4).
+enum class Split { kPairHiFirst, kPairLoFirst, kHiOnly };
+
+// The row length, in halves, of a split row.
+__host__ __device__ constexpr int64_t split_width(Split split, int64_t kp) {
+  return split == Split::kHiOnly ? kp : 2 * kp;
 }
 
-// One row of src (k floats) -> its fp16 pair row (2 kp halves): [hi | lo] (x) or [lo | hi] (W;
-// the cross GEMM pairs x_hi with W_lo and x_lo with W_hi over 2K, the main term reads the hi
-// halves). zero: write zeros (a guarded row).
+// Writes four columns at col of a split row.
+template <Split kSplit>
+__device__ __forceinline__ void store_split(__half* d, int64_t col, int64_t kp, const Half4& hi,
+                                            const Half4& lo) {
+  if constexpr (kSplit == Split::kHiOnly) {
+    *reinterpret_cast<Half4*>(d + col) = hi;
+  } else {
+    constexpr bool lo_first = kSplit == Split::kPairLoFirst;
+    *reinterpret_cast<Half4*>(d + col) = lo_first ? lo : hi;
+    *reinterpret_cast<Half4*>(d + kp + col) = lo_first ? hi : lo;
+  }
+}
+
+// One row of src (k floats) -> its split row. zero: write zeros (a guarded row).
+template <Split kSplit>
 __device__ __forceinline__ void split_row(const float* s, __half* d, int64_t k, int64_t kp,
-                                          bool lo_first, int shift, bool zero, bool vector) {
+                                          int shift, bool zero, bool vector) {
   for (int64_t col = 4 * static_cast<int64_t>(threadIdx.x); col < kp; col += 4 * kThreads) {
     Half4 hi, lo;
     split4(zero ? make_float4(0.f, 0.f, 0.f, 0.f) : load4(s, col, k, vector), shift, hi, lo);
-    store_pair(d, col, kp, lo_first, hi, lo);
+    store_split<kSplit>(d, col, kp, hi, lo);
   }
 }
 
@@ -110,7 +126,8 @@ split_weight_kernel(const float* __restrict__ src, __half* __restrict__ dst, int
                     int64_t k, int64_t kp, int shift) {
   const bool vector = k % 4 == 0 && is_16_byte_aligned(src);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    split_row(src + row * k, dst + row * 2 * kp, k, kp, /*lo_first=*/true, shift, false, vector);
+    split_row<Split::kPairLoFirst>(src + row * k, dst + row * 2 * kp, k, kp, shift, false,
+                                   vector);
   }
 }
 
@@ -134,7 +151,8 @@ constexpr int64_t kCachedK = 4 * kThreads * kCachedVectors;
 // The activation's split with its range guard, one pass over x, block per row: the row's range
 // gives its scale or its place on the guard's list (GuardLayout); then the row is split, from
 // registers (rows up to kCachedK) or from a second read that hits L2. The guard's count must be
-// zero on entry.
+// zero on entry. kSplit: kPairHiFirst (three products) or kHiOnly (one).
+template <Split kSplit>
 __global__ void __launch_bounds__(kThreads)
 split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t rows, int64_t k,
                   int64_t kp, int* __restrict__ guard, const int* __restrict__ weight_shift) {
@@ -182,7 +200,7 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
       zero_row = zero;
     }
     __syncthreads();
-    __half* d = dst + row * 2 * kp;
+    __half* d = dst + row * split_width(kSplit, kp);
     if (cached) {
 #pragma unroll
       for (int i = 0; i < kCachedVectors; ++i) {
@@ -190,11 +208,11 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
         if (col < kp) {  // columns k .. kp are zeros in the cache
           Half4 hi, lo;
           split4(zero_row ? make_float4(0.f, 0.f, 0.f, 0.f) : cache[i], row_shift, hi, lo);
-          store_pair(d, col, kp, /*lo_first=*/false, hi, lo);
+          store_split<kSplit>(d, col, kp, hi, lo);
         }
       }
     } else {
-      split_row(src, d, k, kp, /*lo_first=*/false, row_shift, zero_row, vector);
+      split_row<kSplit>(src, d, k, kp, row_shift, zero_row, vector);
     }
     __syncthreads();  // row_shift and zero_row are read before the next row writes them
   }
@@ -292,13 +310,15 @@ int choose_slices(int64_t m, int64_t n, int64_t k, int64_t tile_n) {
   return best;
 }
 
-// Both operands as fp16 pairs: W's from its fold (made once), x's split now with the guard.
+// Both operands split: W's fp16 pair from its fold (made once), x's split now with the guard
+// (its pair, or its hi part alone for the one-product form: lda says which).
 struct Operands {
-  at::Tensor w_pair, x_pair, guard;
+  at::Tensor w_pair, x_split, guard;
+  int64_t lda = 0;
 };
 
 bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
-                    bool cache_folds, Operands& ops) {
+                    bool cache_folds, Products products, Operands& ops) {
   const int64_t m = x.size(0), k = x.size(1), kp = padded_k(k);
   const PreparedWeight prepared = PreparedWeight::of(
       fold_weights(kSplit3xFp16Fold, kp, {weight_key}, cache_folds,
@@ -309,9 +329,13 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   ops.guard = at::empty({layout.size()}, x.options().dtype(at::kInt));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(cudaMemsetAsync(ops.guard.data_ptr<int>(), 0, sizeof(int), stream));
-  ops.x_pair = at::empty({m, 2 * kp}, x.options().dtype(at::kHalf));
-  split_rows_kernel<<<grid_rows(m), kThreads, 0, stream>>>(
-      x.data_ptr<float>(), reinterpret_cast<__half*>(ops.x_pair.data_ptr<at::Half>()), m, k, kp,
+  const Split split = products == Products::kOne ? Split::kHiOnly : Split::kPairHiFirst;
+  ops.lda = split_width(split, kp);
+  ops.x_split = at::empty({m, ops.lda}, x.options().dtype(at::kHalf));
+  auto* kernel = split == Split::kHiOnly ? split_rows_kernel<Split::kHiOnly>
+                                         : split_rows_kernel<Split::kPairHiFirst>;
+  kernel<<<grid_rows(m), kThreads, 0, stream>>>(
+      x.data_ptr<float>(), reinterpret_cast<__half*>(ops.x_split.data_ptr<at::Half>()), m, k, kp,
       ops.guard.data_ptr<int>(), prepared.shift.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -322,7 +346,7 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cross_slices,
                   int main_slices, Partials3xFp16& out) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const at::Half* xp = ops.x_pair.data_ptr<at::Half>();
+  const at::Half* xp = ops.x_split.data_ptr<at::Half>();
   const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n);
   out.guard = ops.guard;
@@ -340,7 +364,7 @@ void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cro
                      m * n}, xp, wp, pc, stream);
   }
   const int64_t main_k = kp / main_slices;
-  promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), main_slices, 2 * kp, 2 * kp,
+  promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), main_slices, ops.lda, 2 * kp,
                               main_k, m * n}, xp, wp + kp, pc + cross_slices * m * n, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -362,7 +386,7 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                Partials3xFp16& out) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
-  if (!split_operands(x, weight, weight_key, cache_folds, ops)) return false;
+  if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
   const int64_t kp = padded_k(k);
   const int cross_slices =
       products == Products::kOne ? 0 : choose_slices(m, n, 2 * kp, kCrossTileN);
@@ -377,25 +401,27 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       at::Tensor& y) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1), kp = padded_k(k);
   Operands ops;
-  if (!split_operands(x, weight, weight_key, cache_folds, ops)) return false;
+  if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const GuardLayout layout{m};
   const int* g = ops.guard.data_ptr<int>();
   float* out = y.data_ptr<float>();
   const bool one = products == Products::kOne;
   const int cross_slices = one ? 0 : choose_slices(m, n, 2 * kp, kCrossTileN);
-  const int main_slices = choose_slices(m, n, kp, kPromotedTileN);
+  // The one-product form's whole GEMM runs scaled_gemm_sm90's wider tile: slices are counted
+  // with it.
+  const int main_slices = choose_slices(m, n, kp, one ? kCrossTileN : kPromotedTileN);
   with_sizes(m, n, k, [&] {
     if (one && main_slices == 1) {
-      promoted_scaled_gemm_sm90(
-          {static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0},
-          ops.x_pair.data_ptr<at::Half>(), ops.w_pair.data_ptr<at::Half>() + kp, out,
+      scaled_gemm_sm90(
+          {static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1, ops.lda, 2 * kp, 0, 0},
+          ops.x_split.data_ptr<at::Half>(), ops.w_pair.data_ptr<at::Half>() + kp, out,
           reinterpret_cast<const float*>(g + layout.alpha()), stream);
     } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
       // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
       // writing).
-      const at::Half* xp = ops.x_pair.data_ptr<at::Half>();
+      const at::Half* xp = ops.x_split.data_ptr<at::Half>();
       const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
       const int mi = static_cast<int>(m), ni = static_cast<int>(n);
       cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0}, xp, wp, out,

@@ -29,9 +29,11 @@
 //                       fuses its own epilogue (linear_nt_3xfp16_partials).
 //
 // The one-product form (Products::kOne) runs the main term alone, alpha_r x_hi W_hi^T, with the
-// same scales, guard, promotion and weight fold: each operand rounded once to fp16's 11
-// significant bits, as TF32 rounds it to its 11, at twice TF32's rate: the GEMM for torch's
-// float32 matmul precision "high" (plan/planner.cpp).
+// same scales, guard and weight fold: each operand rounded once to fp16's 11 significant bits,
+// as TF32 rounds it to its 11, at twice TF32's rate: the GEMM for torch's float32 matmul
+// precision "high" (plan/planner.cpp). x's split writes its hi part alone, and the GEMM is
+// unpromoted (scaled_gemm_sm90: its accumulation error is far below that rounding); the
+// split-K partials of few output tiles stay promoted.
 #pragma once
 
 #include <ATen/core/Tensor.h>

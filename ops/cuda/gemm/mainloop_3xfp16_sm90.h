@@ -40,10 +40,11 @@ void cross_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, f
 void promoted_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, const float* c,
                         float* d, const float* alpha, const float* beta, cudaStream_t stream);
 
-// d[r] = alpha[r] * (a . b^T)[r] (batches == 1) with the same promotion: the main term alone,
-// for the engine's one-product form (gemm_3xfp16.h).
-void promoted_scaled_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
-                               const float* alpha, cudaStream_t stream);
+// d[r] = alpha[r] * (a . b^T)[r] (batches == 1), without promotion (its accumulation error sits
+// far below the operands' fp16 rounding): the main term alone, for the engine's one-product
+// form (gemm_3xfp16.h); the cross GEMM's tile (kCrossTileN wide).
+void scaled_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
+                      const float* alpha, cudaStream_t stream);
 
 // d = a . b^T with the same promotion, no epilogue arithmetic: the split-K partials.
 void promoted_partial_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b,

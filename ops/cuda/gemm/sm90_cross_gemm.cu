@@ -40,8 +40,8 @@ void promoted_gemm_sm90(const Fp16GemmShape&, const void*, const void*, const fl
                         const float*, const float*, cudaStream_t) {
   no_sm90_kernels();
 }
-void promoted_scaled_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
-                               const float*, cudaStream_t) {
+void scaled_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*, const float*,
+                      cudaStream_t) {
   no_sm90_kernels();
 }
 void promoted_partial_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
