@@ -1,6 +1,8 @@
 // Model 39 on CUDA, a composition: checks, the planned GEMM y = x W^T (cuda/linear.h), then
 // z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h);
-// in eval mode at small batch all of it in one kernel (skinny-half-fused, gemm/skinny_half.h).
+// in eval mode at small batch all of it in one kernel (skinny-half-fused, gemm/skinny_half.h);
+// in training with TF32 allowed at large batch, the statistics' moments from the GEMM's
+// epilogue (1xfp16-fused, gemm/gemm_3xfp16.h).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -10,6 +12,7 @@
 #include "common/checks.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/batchnorm.h"
+#include "cuda/gemm/gemm_3xfp16.h"
 #include "cuda/gemm/skinny_half.h"
 #include "cuda/linear.h"
 
@@ -37,18 +40,32 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   }
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
   const at::Tensor gamma = bn_weight.contiguous(), beta = bn_bias.contiguous();
-  // In eval mode with one scale value per column the whole chain is a per-column affine map,
-  // which the skinny-half kernel applies to its tile.
-  const bool fusable = !training && scale.dim() == 1 && scale.size(0) == n;
-  const cuda::PlannedLinear planned = cuda::plan_linear(
-      plan::Op::kScaleBatchNorm, xc, wc, mode, fusable, out_dtype != x.scalar_type());
+  // One scale value per column: in eval mode the whole chain is a per-column affine map, which
+  // the skinny-half kernel applies to its tile; in training the statistics of z follow from
+  // y's, which the one-product GEMM's epilogue can take by tiles.
+  const bool per_column = scale.dim() == 1 && scale.size(0) == n;
+  const cuda::PlannedLinear planned =
+      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, per_column,
+                        out_dtype != x.scalar_type(), training);
   if (planned.plan.route == plan::Route::kSkinnyHalfFused) {
     cuda::gemm::skinny_half_batchnorm_eval(xc, wc, bc, scale, gamma, beta,
                                            running_mean.contiguous(), running_var.contiguous(),
                                            eps, out, planned.request.device.sm_count);
     return out;
   }
-  const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  cuda::LinearOutput linear;
+  std::optional<cuda::TileMoments> tiles;
+  if (planned.plan.route == plan::Route::kFp16x1Fused) {
+    linear.y = at::empty({batch, n}, x.options().dtype(at::kFloat));
+    tiles = cuda::make_tile_moments(batch, n, cuda::gemm::kMomentsTileRows, linear.y);
+    if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, linear.y, *tiles)) {
+      tiles.reset();
+      linear = cuda::run_fallback(planned, xc, wc, bc, weight, cache_folds,
+                                  cuda::kWeightRefused3xFp16);
+    }
+  } else {
+    linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  }
   cuda::BatchNormArgs args{linear.bias_added ? at::Tensor() : bc,
                            scale,
                            gamma,
@@ -60,7 +77,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                            momentum,
                            eps,
                            rounds_intermediates(mode, out_dtype)};
-  cuda::scale_batchnorm_pass(cuda::y_for_epilogue(linear, out_dtype), args, out);
+  cuda::scale_batchnorm_pass(cuda::y_for_epilogue(linear, out_dtype), args, out,
+                             tiles ? &*tiles : nullptr);
   return out;
 }
 

@@ -35,7 +35,8 @@ plan::DType dtype_of(at::ScalarType t) {
 }  // namespace
 
 PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable, bool autocast_form) {
+                          Numerics numerics, bool epilogue_fusable, bool autocast_form,
+                          bool training) {
   PlannedLinear p;
   p.device_index = x.device().index();
   plan::GemmRequest& r = p.request;
@@ -50,6 +51,7 @@ PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& we
   r.w_aligned = is_16_byte_aligned(weight.data_ptr());
   r.epilogue_fusable = epilogue_fusable;
   r.autocast_form = autocast_form;
+  r.training = training;
   r.device = device_facts(p.device_index);
   p.plan = plan::plan_gemm(r);
   plan::note_plan(r, p.plan, p.device_index);

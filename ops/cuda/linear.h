@@ -19,9 +19,11 @@ struct PlannedLinear {
   plan::Plan plan;
   int device_index = 0;
 };
-// autocast_form: the operator was called in its autocast form (common/checks.h).
+// autocast_form: the operator was called in its autocast form (common/checks.h); training:
+// model 39's BatchNorm is in training mode (plan::GemmRequest).
 PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable, bool autocast_form = false);
+                          Numerics numerics, bool epilogue_fusable, bool autocast_form = false,
+                          bool training = false);
 
 // y of an unfused route. x and weight contiguous, one dtype, on the current device;
 // weight_key: the caller's weight tensor, which owns the engines' cached folds of it (weight

@@ -188,10 +188,11 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   // The Hopper half GEMM's epilogue: model 62, "accurate" (its whole chain on the float32
   // accumulators).
   const bool sm90_fusable = r.op == Op::kGroupNormLeakyRelu && accurate;
-  // The skinny-half kernel's epilogues: model 62's, and model 39's in eval mode (its operator
-  // says which through epilogue_fusable).
-  const bool skinny_fusable = r.epilogue_fusable && accurate &&
-                              (r.op == Op::kGroupNormLeakyRelu || r.op == Op::kScaleBatchNorm);
+  // The skinny-half kernel's epilogues: model 62's, and model 39's in eval mode (a per-column
+  // affine map).
+  const bool skinny_fusable =
+      r.epilogue_fusable && accurate &&
+      (r.op == Op::kGroupNormLeakyRelu || (r.op == Op::kScaleBatchNorm && !r.training));
   const char* why_not = why_not_sm90_half(r);
   if (sm90_fusable && s.half_gemm == HalfGemmSetting::kFused) {
     TORCH_CHECK(why_not == nullptr, "fusedops ", op_name(r.op),
@@ -260,6 +261,15 @@ Plan plan_gemm(const GemmRequest& r) {
     // Model 98's row epilogue sums the engine's K-slices itself: y is never written.
     if (p.route == Route::kFp16x3) p.route = Route::kFp16x3Fused;
     if (p.route == Route::kFp16x1) p.route = Route::kFp16x1Fused;
+  }
+  // Model 39 in training, more rows than its one-read BatchNorm kernel holds: the statistics
+  // would take a pass over y of their own (256 MiB at 16384 x 4096); the one-product GEMM's
+  // epilogue takes each tile's column moments instead, and y is read once, to normalize.
+  if (r.op == Op::kScaleBatchNorm && r.epilogue_fusable && r.training &&
+      r.m > kMaxBatchNormResidentRows && p.route == Route::kFp16x1) {
+    p.route = Route::kFp16x1Fused;
+    p.why = "TF32 allowed (\"high\"): one fp16 product on Hopper, the column moments in its "
+            "epilogue";
   }
   return p;
 }

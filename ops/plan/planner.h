@@ -51,8 +51,11 @@ struct GemmRequest {
   bool x_aligned = true, w_aligned = true;
   // The operator's epilogue can run inside its fused route at these sizes (model 62: the group
   // size and its parameters' alignment; model 98: the pooled width and its bias's alignment;
-  // model 39: eval mode with one scale value per column).
+  // model 39: one scale value per column).
   bool epilogue_fusable = false;
+  // Model 39: BatchNorm in training mode (its epilogue needs the batch's column statistics;
+  // in eval mode it is a per-column affine map).
+  bool training = false;
   // The operator's autocast form (common/checks.h): x and weight in dtype, everything after
   // the Linear float32; the routes are dtype's, the epilogue float32.
   bool autocast_form = false;
@@ -79,5 +82,7 @@ inline constexpr int64_t kMin3xFp16Rows = 128;
 inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30
 inline constexpr int64_t kMin3xTf32Rows = 128;
 inline constexpr int64_t kMin3xTf32Cols = 2048;
+// The most rows model 39's one-read BatchNorm kernel holds (cuda/epilogues/batchnorm.cu).
+inline constexpr int64_t kMaxBatchNormResidentRows = 1024;
 
 }  // namespace fusedops::plan

@@ -23,7 +23,9 @@ enum class Route : uint8_t {
   kFp16x3Fused,     // ... its K-slice partials summed by the operator's epilogue (model 98)
   kFp16x1,          // TF32 allowed, on Hopper: the 3xFP16 engine's main term alone (TF32's
                     // rounding of each operand, at the fp16 rate)
-  kFp16x1Fused,     // ... its K-slice partials summed by the operator's epilogue (model 98)
+  kFp16x1Fused,     // ... its K-slice partials summed by the operator's epilogue (model 98), or
+                    // y with each tile's column moments from the GEMM's epilogue (model 39 in
+                    // training)
   kTf32x3,          // float32-accurate: three TF32 products, cuBLAS (engines/tf32x3)
   kSgemm,           // float32 on the CUDA cores: cuBLAS SGEMM, IEEE semantics
   kTf32,            // TF32 allowed by the user: ATen's own matmul

@@ -56,6 +56,7 @@ struct Row {
   bool fusable;   // the operator's epilogue can run inside its fused route
   Route route;
   Route fallback;
+  bool training = false;  // model 39's BatchNorm in training mode
 };
 
 constexpr Op k62 = Op::kGroupNormLeakyRelu, k39 = Op::kScaleBatchNorm,
@@ -92,6 +93,12 @@ const std::vector<Row> kTable = {
     {"TF32 allowed, 98 small: float32-exact", k98, f32, acc, tf32, &kAuto, kH100, 257, 512, 1001, true, true, Route::kSgemm, none},
     {"TF32 allowed, 98 on A100: float32-exact", k98, f32, acc, tf32, &kAuto, kA100, 1024, 512, 8192, true, true, Route::kSgemm, none},
     {"TF32 allowed, 2 rows: skinny", k62, f32, acc, tf32, &kAuto, kH100, 2, 8192, 8192, true, true, Route::kSkinny, none},
+    {"TF32 allowed, 39 training, 16384 rows: moments in the epilogue", k39, f32, acc, tf32, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kFp16x1Fused, Route::kTf32, true},
+    {"TF32 allowed, 39 training, 1025 rows: moments in the epilogue", k39, f32, acc, tf32, &kAuto, kH100, 1025, 4096, 4096, true, true, Route::kFp16x1Fused, Route::kTf32, true},
+    {"TF32 allowed, 39 training, 1024 rows: the one-read BatchNorm", k39, f32, acc, tf32, &kAuto, kH100, 1024, 4096, 4096, true, true, Route::kFp16x1, Route::kTf32, true},
+    {"TF32 allowed, 39 eval, 16384 rows: no statistics", k39, f32, acc, tf32, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kFp16x1, Route::kTf32},
+    {"TF32 allowed, 39 training, a scale per element", k39, f32, acc, tf32, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kFp16x1, Route::kTf32, true},
+    {"39 f32 training, 16384 rows, TF32 not allowed: 3xFP16", k39, f32, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kFp16x3, Route::kSgemm, true},
     {"TF32 allowed ignores FUSEDOPS_FP32_GEMM", k39, f32, acc, tf32, &k3xFp16, kH100, 1024, 8192, 8192, true, false, Route::kFp16x1, Route::kTf32},
     {"bf16 allowed", k39, f32, acc, bf16x, &kAuto, kH100, 1024, 8192, 8192, true, false, Route::kBf16x, none},
     {"bf16 allowed, 2 rows: still bf16", k39, f32, acc, bf16x, &kAuto, kH100, 2, 8192, 8192, true, false, Route::kBf16x, none},
@@ -138,7 +145,7 @@ const std::vector<Row> kTable = {
     {"62 bf16 1 row on A100: skinny-half, fused", k62, bf16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"62 f16 16 rows, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"62 f16 17 rows: cuBLAS (too few tiles to fuse)", k62, f16, acc, ieee, &kAuto, kH100, 17, 8192, 8192, true, true, Route::kCublasHalf, none},
-    {"39 bf16 1 row, training: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
+    {"39 bf16 1 row, training: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalf, none, true},
     {"39 bf16 1 row, eval: skinny-half, fused", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"39 f16 eval at 1024 rows: no fused route for 39 there", k39, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kCublasHalf, none},
     {"98 f16 8 rows: no skinny epilogue for 98", k98, f16, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalf, none},
@@ -168,6 +175,7 @@ GemmRequest request_of(const Row& row) {
   r.k = row.k;
   r.x_aligned = r.w_aligned = row.aligned;
   r.epilogue_fusable = row.fusable;
+  r.training = row.training;
   r.device = row.device;
   r.settings = row.settings;
   return r;

@@ -8,6 +8,7 @@ against PyTorch's TF32 reference's, at the default sizes and odd ones, on rand a
 on adversarial ranges (row scales far apart, a row spanning more than fp16 holds, a weight row
 far below the others)."""
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -152,3 +153,56 @@ def test_non_finite_inputs_propagate_as_in_pytorch():
         ours, theirs = new(x), ref(x)
     torch.testing.assert_close(torch.isfinite(ours), torch.isfinite(theirs))
     torch.testing.assert_close(torch.isnan(ours), torch.isnan(theirs))
+
+
+# Model 39 in training above the one-read BatchNorm kernel's 1024 rows: on Hopper the column
+# moments come from the one-product GEMM's epilogue, by tiles of 128 rows ("1xfp16-fused"):
+# at the default width, with a partial last tile and odd widths, and with N so narrow that the
+# GEMM splits K (then the moments are taken from y).
+TRAINING_SIZES = [((4096, 4096, (4096,)), 2048), ((1000, 2052, (2052,)), 1333),
+                  ((1024, 256, (256,)), 2048)]
+
+
+def training_errors(init_args, x):
+    """Ours and PyTorch TF32's errors against float64 in training mode: the output, then the
+    running mean and variance after the step; and the routes ours took."""
+    ref, new = make_pair("39", init_args, device="cuda")
+    ref64 = make_pair("39", init_args, device="cuda", dtype=torch.float64, randomize=False)[0]
+    ref64.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        want = ref64(x.double())
+        with tf32_allowed():
+            routes = fusedops.explain(copy.deepcopy(new), x)  # a step of its own
+            ours, theirs = new(x), ref(x)
+    errs = [(rel(ours, want), rel(theirs, want))]
+    for name in ("running_mean", "running_var"):
+        errs.append((rel(getattr(new.bn, name), getattr(ref64.bn, name)),
+                     rel(getattr(ref.bn, name), getattr(ref64.bn, name))))
+    assert int(new.bn.num_batches_tracked) == int(ref.bn.num_batches_tracked) == 1
+    return errs, routes
+
+
+def check_training(init_args, x):
+    errs, routes = training_errors(init_args, x)
+    if HOPPER:
+        assert ": 1xfp16-fused (" in routes[0], routes
+    for what, (ours, theirs) in zip(("output", "running_mean", "running_var"), errs):
+        assert ours <= SLACK * theirs + 1e-7, (what, ours, theirs, routes)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("init_args,batch", TRAINING_SIZES,
+                         ids=[f"{a[0]}x{a[1]}-b{b}" for a, b in TRAINING_SIZES])
+def test_training_statistics_from_the_gemm_epilogue(init_args, batch, dist):
+    check_training(init_args, make_input((batch, init_args[0]), dist, device="cuda"))
+
+
+@requires_cuda
+def test_training_statistics_after_a_guarded_row():
+    """A row the engine's guard recomputes exactly after the GEMM: the moments the epilogue took
+    from its zeros are taken again from y."""
+    x = make_input((1333, 2048), "randn", device="cuda")
+    x[700, :1024] *= 2.0 ** 20
+    x[700, 1024:] *= 2.0 ** -20
+    check_training((2048, 2048, (2048,)), x)

@@ -17,6 +17,7 @@
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 #include "epilogues/scale_batchnorm.h"
+#include "plan/planner.h"
 
 namespace fusedops::cuda {
 namespace {
@@ -214,6 +215,26 @@ __global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2) column_mome
   }
 }
 
+// The training finish of column j from the batch's mean and biased variance of what the
+// moments summed (y when stats_of_y, else z): the normalize pass's center (that mean) and
+// multiplier, and the running statistics, which are z's: from y's when the scale is per
+// column (see the moments pass).
+template <typename scalar_t, typename y_t>
+__device__ __forceinline__ void finish_training_column(
+    int64_t j, double mean_of_sums, double var_of_sums, bool stats_of_y,
+    const scalar_t* __restrict__ bias, const scalar_t* __restrict__ scale, ScaleView sv,
+    const scalar_t* __restrict__ gamma, scalar_t* __restrict__ running_mean,
+    scalar_t* __restrict__ running_var, const int64_t* nbt_read, double momentum, double eps,
+    double count, y_t* __restrict__ center, y_t* __restrict__ mul) {
+  const double s = stats_of_y ? static_cast<double>(scale[j * sv.col_stride]) : 1.0;
+  const double mean = stats_of_y ? (mean_of_sums + static_cast<double>(bias[j])) * s : mean_of_sums;
+  const double var = stats_of_y ? s * s * var_of_sums : var_of_sums;
+  const double invstd = 1.0 / sqrt(var + eps);
+  center[j] = static_cast<y_t>(mean_of_sums);
+  mul[j] = static_cast<y_t>(s * invstd * static_cast<double>(gamma[j]));
+  update_running_stats(running_mean, running_var, j, mean, var, count, nbt_read, momentum);
+}
+
 // Finish, per column: the normalize pass's (center, multiplier), out = (z - center) * mul +
 // beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)).
 // Training: from the batch's mean and biased variance of z (summed over the slices), and the
@@ -248,15 +269,88 @@ __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __rest
   const double count = static_cast<double>(batch);
   const double mean_shifted = sum / count;
   const double var_of_sums = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
-  const double mean_of_sums = shift + mean_shifted;
-  // The statistics of z, from those of y when the scale is per column (see the moments pass).
-  const double s = stats_of_y ? static_cast<double>(scale[j * sv.col_stride]) : 1.0;
-  const double mean = stats_of_y ? (mean_of_sums + static_cast<double>(bias[j])) * s : mean_of_sums;
-  const double var = stats_of_y ? s * s * var_of_sums : var_of_sums;
-  const double invstd = 1.0 / sqrt(var + eps);
-  center[j] = static_cast<y_t>(mean_of_sums);
-  mul[j] = static_cast<y_t>(s * invstd * static_cast<double>(gamma[j]));
-  update_running_stats(running_mean, running_var, j, mean, var, count, nbt_read, momentum);
+  finish_training_column(j, shift + mean_shifted, var_of_sums, stats_of_y, bias, scale, sv,
+                         gamma, running_mean, running_var, nbt_read, momentum, eps, count,
+                         center, mul);
+}
+
+// Finish from tile moments (tile_moments.h; float32 y, stats of y): each tile's column mean
+// and sum of squared deviations, merged in double: mean = sum n_t mean_t / batch, and
+// M2 = sum (M2_t + n_t (mean_t - mean)^2), the pairwise form that stays exact where the mean is
+// large against the spread. A block covers kStatThreadsX columns (coalesced rows of the tile
+// arrays) with kStatRowThreads lanes over the tiles, summed in a fixed order.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads)
+finish_tiles_kernel(const float* __restrict__ tile_mean, const float* __restrict__ tile_m2,
+                    int64_t rows, const scalar_t* __restrict__ bias,
+                    const scalar_t* __restrict__ scale, ScaleView sv,
+                    const scalar_t* __restrict__ gamma, scalar_t* __restrict__ running_mean,
+                    scalar_t* __restrict__ running_var, const int64_t* nbt_read, double momentum,
+                    double eps, float* __restrict__ center, float* __restrict__ mul, int64_t batch,
+                    int64_t n) {
+  __shared__ double s_part[kStatRowThreads][kStatThreadsX];
+  __shared__ double s_mean[kStatThreadsX];
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kStatThreadsX) + threadIdx.x;
+  const int64_t tiles = ceil_div(batch, rows);
+  const auto count_of = [&](int64_t t) {
+    return static_cast<double>(t + 1 < tiles ? rows : batch - t * rows);
+  };
+  const double count = static_cast<double>(batch);
+  double part = 0.0;
+  if (j < n) {
+    for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) {
+      part += count_of(t) * tile_mean[t * n + j];
+    }
+  }
+  s_part[threadIdx.y][threadIdx.x] = part;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    double total = 0.0;
+    for (int r = 0; r < kStatRowThreads; ++r) total += s_part[r][threadIdx.x];
+    s_mean[threadIdx.x] = total / count;
+  }
+  __syncthreads();
+  const double mean = s_mean[threadIdx.x];
+  part = 0.0;
+  if (j < n) {
+    for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) {
+      const double d = static_cast<double>(tile_mean[t * n + j]) - mean;
+      part += static_cast<double>(tile_m2[t * n + j]) + count_of(t) * d * d;
+    }
+  }
+  __syncthreads();  // s_part's first sums are read
+  s_part[threadIdx.y][threadIdx.x] = part;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    double m2 = 0.0;
+    for (int r = 0; r < kStatRowThreads; ++r) m2 += s_part[r][threadIdx.x];
+    finish_training_column(j, mean, m2 / count, true, bias, scale, sv, gamma, running_mean,
+                           running_var, nbt_read, momentum, eps, count, center, mul);
+  }
+}
+
+// Tile moments from y itself (float32, stats of y), a block per (tile, 256 columns), a thread
+// per column, two passes over the tile's rows (the second from L1/L2): where the GEMM's
+// epilogue did not write them (changed null), or where rows of y changed after it did
+// (*changed != 0; otherwise every block returns at once).
+__global__ void __launch_bounds__(kThreads)
+tile_moments_kernel(const float* __restrict__ y, int64_t batch, int64_t n, int64_t rows,
+                    const int* __restrict__ changed, float* __restrict__ tile_mean,
+                    float* __restrict__ tile_m2) {
+  if (changed != nullptr && *changed == 0) return;
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (j >= n) return;
+  const int64_t t = blockIdx.y, begin = t * rows, end = begin + rows < batch ? begin + rows : batch;
+  double sum = 0.0;
+  for (int64_t i = begin; i < end; ++i) sum += y[i * n + j];
+  const double mean = sum / static_cast<double>(end - begin);
+  double m2 = 0.0;
+  for (int64_t i = begin; i < end; ++i) {
+    const double d = y[i * n + j] - mean;
+    m2 += d * d;
+  }
+  tile_mean[t * n + j] = static_cast<float>(mean);
+  tile_m2[t * n + j] = static_cast<float>(m2);
 }
 
 // Normalize: out = (z - center_j) * mul_j + beta_j; blockIdx.x tiles the columns (V a
@@ -303,6 +397,8 @@ constexpr int kResidentQuads = 8;
 constexpr int kResidentCols = 4 * kResidentQuads;
 constexpr int kResidentRowGroups = 64;  // rows at a time; a thread holds kRows of them
 constexpr int kResidentThreads = kResidentQuads * kResidentRowGroups;
+static_assert(kResidentRowGroups * 16 == plan::kMaxBatchNormResidentRows,
+              "the planner's rule for model 39's moments route counts this kernel's rows");
 constexpr int kResidentWarps = kResidentThreads / kWarpSize;
 
 // Sum of v over the lanes of this warp that hold the same column quad (lanes q, q + 8, ...);
@@ -436,6 +532,7 @@ struct Passes {
   scalar_t* running_var;
   at::Tensor& out;
   cudaStream_t stream;
+  TileMoments* tiles;  // null: none (batchnorm.h)
 
   int64_t batch() const { return y.size(0); }
   int64_t n() const { return y.size(1); }
@@ -459,6 +556,32 @@ struct Passes {
     }
   }
 
+  // The training statistics from tile moments (float32 y, stats of y): taken from y first where
+  // the GEMM did not write them or rows changed after it did (a pass that otherwise returns at
+  // once), then merged.
+  void from_tiles(float* center, float* mul) {
+    const int64_t tiles_m = ceil_div(batch(), tiles->rows);
+    TORCH_INTERNAL_ASSERT(tiles->mean.numel() == tiles_m * n() && tiles->m2.numel() == tiles_m * n(),
+                          "fusedops: tile moments of the wrong shape");
+    if (!tiles->written || tiles->changed_rows.defined()) {
+      tile_moments_kernel<<<dim3(static_cast<unsigned>(ceil_div(n(), kThreads)),
+                                 static_cast<unsigned>(tiles_m)),
+                            kThreads, 0, stream>>>(
+          y.template data_ptr<float>(), batch(), n(), tiles->rows,
+          tiles->written ? tiles->changed_rows.template data_ptr<int>() : nullptr,
+          tiles->mean.template data_ptr<float>(), tiles->m2.template data_ptr<float>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    finish_tiles_kernel<scalar_t>
+        <<<static_cast<unsigned>(ceil_div(n(), kStatThreadsX)),
+           dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
+        tiles->mean.template data_ptr<float>(), tiles->m2.template data_ptr<float>(),
+        tiles->rows, bias, scale, sv, args.gamma.template data_ptr<scalar_t>(), running_mean,
+        running_var, cumulative() ? nbt() : nullptr, args.momentum.value_or(0.0), args.eps,
+        center, mul, batch(), n());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
   // y read as ys_t (float32/float64 y of the accurate routes, the model's dtype for eager).
   template <typename ys_t, int V, bool kOfY, typename Z>
   void streaming() {
@@ -466,7 +589,13 @@ struct Passes {
     const auto options = out.options().dtype(c10::CppTypeToScalarType<y_t>::value);
     at::Tensor center = at::empty({n()}, options);
     at::Tensor mul = at::empty({n()}, options);
-    if (args.training) {
+    if (args.training && tiles != nullptr) {
+      if constexpr (kOfY && std::is_same_v<ys_t, float> && std::is_same_v<y_t, float>) {
+        from_tiles(center.data_ptr<float>(), mul.data_ptr<float>());
+      } else {
+        TORCH_INTERNAL_ASSERT(false, "fusedops: tile moments need a float32 y and its statistics");
+      }
+    } else if (args.training) {
       const int slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
       at::Tensor partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
       double* partial_sum = partial.data_ptr<double>();
@@ -518,7 +647,9 @@ void run_passes(Passes<scalar_t>& passes, bool eager) {
       // One scale value per column ((), (1,), (out,), (1, out)): training statistics of y
       // alone, and with few enough rows the resident kernel.
       const bool of_y = passes.args.training && passes.sv.row_stride == 0;
-      if (of_y && batch <= kResidentRowGroups * 4) {
+      if (of_y && passes.tiles != nullptr) {
+        passes.template streaming<float, 4, true, LinearTimesScale>();
+      } else if (of_y && batch <= kResidentRowGroups * 4) {
         passes.template resident<4>();
       } else if (of_y && batch <= kResidentRowGroups * 8) {
         passes.template resident<8>();
@@ -537,13 +668,20 @@ void run_passes(Passes<scalar_t>& passes, bool eager) {
 
 }  // namespace
 
+TileMoments make_tile_moments(int64_t batch, int64_t n, int64_t rows, const at::Tensor& like) {
+  const int64_t tiles = ceil_div(batch, rows);
+  const auto options = like.options().dtype(at::kFloat);
+  return {rows, at::empty({tiles, n}, options), at::empty({tiles, n}, options)};
+}
+
 void count_empty_batch(const at::Tensor& num_batches_tracked) {
   count_batch_kernel<<<1, 1, 0, at::cuda::getCurrentCUDAStream()>>>(
       num_batches_tracked.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out) {
+void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out,
+                          TileMoments* tiles) {
   const int64_t batch = y.size(0), n = y.size(1);
   const auto stream = at::cuda::getCurrentCUDAStream();
   // Eager: y is the model's dtype and holds the bias (batchnorm.h); its z is the reference's.
@@ -564,7 +702,7 @@ void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Te
                                   "gemm_scale_batchnorm", [&] {
     Passes<scalar_t> passes{y, bias.defined() ? bias.data_ptr<scalar_t>() : nullptr,
                             scale.data_ptr<scalar_t>(), sv, args, rm.data_ptr<scalar_t>(),
-                            rv.data_ptr<scalar_t>(), out, stream};
+                            rv.data_ptr<scalar_t>(), out, stream, tiles};
     run_passes(passes, eager);
   });
   if (args.training && !args.running_mean.is_same(rm)) args.running_mean.copy_(rm);

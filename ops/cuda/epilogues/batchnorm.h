@@ -10,6 +10,8 @@
 
 #include <optional>
 
+#include "cuda/tile_moments.h"
+
 namespace fusedops::cuda {
 
 struct BatchNormArgs {
@@ -24,7 +26,12 @@ struct BatchNormArgs {
 };
 
 // y (batch, n) in the accumulation dtype (float32, or float64), batch >= 1; out (batch, n).
-void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out);
+// tiles: y's column moments by tiles of rows from the GEMM's epilogue (tile_moments.h), for
+// training with one scale value per column and a float32 y: the statistics are merged from
+// them (in double, Chan's pairwise form) and y is read once, by the normalize pass. Null: the
+// statistics are taken from y.
+void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out,
+                          TileMoments* tiles = nullptr);
 
 // An empty batch still counts a training step and leaves the statistics alone.
 void count_empty_batch(const at::Tensor& num_batches_tracked);

@@ -396,12 +396,17 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
   return true;
 }
 
-bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
-                      const at::Tensor& weight_key, bool cache_folds, Products products,
-                      at::Tensor& y) {
+namespace {
+
+// y, and, where `moments` is given and the one-product GEMM runs unsplit, model 39's tile
+// moments from its epilogue (moments->written says whether they were). guard: the guard.
+bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
+                bool cache_folds, Products products, at::Tensor& y, TileMoments* moments,
+                at::Tensor* guard) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1), kp = padded_k(k);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
+  if (guard != nullptr) *guard = ops.guard;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const GuardLayout layout{m};
   const int* g = ops.guard.data_ptr<int>();
@@ -412,11 +417,19 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
   // with it.
   const int main_slices = choose_slices(m, n, kp, one ? kCrossTileN : kPromotedTileN);
   with_sizes(m, n, k, [&] {
-    if (one && main_slices == 1) {
-      scaled_gemm_sm90(
-          {static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1, ops.lda, 2 * kp, 0, 0},
-          ops.x_split.data_ptr<at::Half>(), ops.w_pair.data_ptr<at::Half>() + kp, out,
-          reinterpret_cast<const float*>(g + layout.alpha()), stream);
+    const Fp16GemmShape whole{static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1,
+                              ops.lda, 2 * kp, 0, 0};
+    if (one && main_slices == 1 && moments != nullptr) {
+      scaled_moments_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
+                               ops.w_pair.data_ptr<at::Half>() + kp, out,
+                               reinterpret_cast<const float*>(g + layout.alpha()),
+                               moments->mean.data_ptr<float>(), moments->m2.data_ptr<float>(),
+                               stream);
+      moments->written = true;
+    } else if (one && main_slices == 1) {
+      scaled_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
+                       ops.w_pair.data_ptr<at::Half>() + kp, out,
+                       reinterpret_cast<const float*>(g + layout.alpha()), stream);
     } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
       // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
@@ -443,6 +456,26 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
       x.data_ptr<float>(), weight.data_ptr<float>(), out, m, n, k, g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
+}
+
+}  // namespace
+
+bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
+                      const at::Tensor& weight_key, bool cache_folds, Products products,
+                      at::Tensor& y) {
+  return run_3xfp16(x, weight, weight_key, cache_folds, products, y, nullptr, nullptr);
+}
+
+bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& weight_key, bool cache_folds, at::Tensor& y,
+                              TileMoments& moments) {
+  const int64_t tiles = ceil_div(x.size(0), kMomentsTileRows), n = weight.size(0);
+  TORCH_INTERNAL_ASSERT(moments.rows == kMomentsTileRows && moments.mean.numel() == tiles * n &&
+                            moments.m2.numel() == tiles * n,
+                        "fusedops: tile moments of the wrong shape");
+  moments.written = false;
+  return run_3xfp16(x, weight, weight_key, cache_folds, Products::kOne, y, &moments,
+                    &moments.changed_rows);
 }
 
 }  // namespace fusedops::cuda::gemm

@@ -39,6 +39,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "cuda/gemm/epilogue_3xfp16.cuh"
+#include "cuda/gemm/tile_shapes.h"
+#include "cuda/tile_moments.h"
 
 namespace fusedops::cuda::gemm {
 
@@ -53,6 +55,19 @@ enum class Products { kThree, kOne };
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, Products products,
                       at::Tensor& y);
+
+// The one-product form for an operator that needs y's column moments (model 39 in training:
+// cuda/epilogues/batchnorm.h): y as linear_nt_3xfp16 writes it and, from the GEMM's epilogue
+// (epilogue_moments_sm90.cuh), each kMomentsTileRows-row tile's column means and sums of
+// squared deviations from them, into `moments` (made for kMomentsTileRows; `written` says
+// whether the epilogue ran: where few output tiles split K it does not, and the caller takes
+// the moments from y). Their `changed_rows` is the engine's guard (its count first): the rows
+// recomputed exactly after the moments were taken. Returns false when the weight fails the
+// range check (y untouched).
+inline constexpr int64_t kMomentsTileRows = kTileM;
+bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& weight_key, bool cache_folds, at::Tensor& y,
+                              TileMoments& moments);
 
 // The product left before its combination, for an operator whose epilogue needs whole rows of
 // y (model 98: the pooled GELU and the row max) and so combines the K-slices itself, in the

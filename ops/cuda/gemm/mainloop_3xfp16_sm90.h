@@ -46,6 +46,13 @@ void promoted_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b
 void scaled_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
                       const float* alpha, cudaStream_t stream);
 
+// scaled_gemm_sm90 with model 39's training epilogue (epilogue_moments_sm90.cuh): d as there,
+// and for each tile of kTileM rows its column means and sums of squared deviations from them,
+// (ceil(M / kTileM), N) float32 each (tile_mean, tile_m2). N a multiple of 4.
+void scaled_moments_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
+                              const float* alpha, float* tile_mean, float* tile_m2,
+                              cudaStream_t stream);
+
 // d = a . b^T with the same promotion, no epilogue arithmetic: the split-K partials.
 void promoted_partial_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b,
                                 float* d, cudaStream_t stream);

@@ -44,6 +44,10 @@ void scaled_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*, co
                       cudaStream_t) {
   no_sm90_kernels();
 }
+void scaled_moments_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
+                              const float*, float*, float*, cudaStream_t) {
+  no_sm90_kernels();
+}
 void promoted_partial_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
                                 cudaStream_t) {
   no_sm90_kernels();

@@ -1,0 +1,232 @@
+// The one-product GEMM's epilogue for model 39 in training (TF32 allowed, the 3xFP16 engine's
+// main term alone): y = alpha_r * acc, stored as float32 from registers, and the column moments
+// of the tile's rows: for each column j of the tile, its mean and the sum of squared deviations
+// from that mean. The BatchNorm epilogue merges the tiles' moments in double
+// (cuda/epilogues/batchnorm.h), so y is read once after the GEMM (the normalize pass) instead
+// of twice: at 16384 x 4096 that is a 256 MiB read saved.
+//
+// One pass over the registers, shifted: d = y - c_j with c_j the tile's first row (a sample of
+// the column, as the streaming moments pass shifts by y[0, j]), the sums of d and d^2, then
+// mean = c + S1 / n and M2 = S2 - S1^2 / n. With c one of the column's values,
+// S2 = M2 + n (mean - c)^2 <= (n + 1) M2, so the subtraction costs at most log2(129) = 7 of
+// float's 24 bits, however large the mean is against the spread.
+//
+// The reduction follows wgmma's accumulator layout (CuTe's SM90 CLayout_64xN, as in
+// epilogue_groupnorm_sm90.cuh): a thread holds, for each 8-column block v2, columns
+// 8 v2 + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 of its warp's 16; the 8 lanes
+// with the same lane % 4 share those columns. So: the thread's 2 rows, then a reduce-scatter
+// over those 8 lanes (three xor-shuffle steps, each halving the columns a lane keeps: 56
+// shuffles for 64 columns, against 192 for three full butterflies), then the 8 warps' sums
+// through shared memory. Fixed order everywhere: the moments are deterministic. Rows past M
+// are left out; a tile's count is its rows in M. Included only by sm90_*.cu files.
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/layout.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
+#include "cutlass/epilogue/dispatch_policy.hpp"
+
+namespace fusedops::cuda::gemm::sm90 {
+
+// kTileN: the tile's width; kWarps: the warps of the consumer warp groups, which share a tile
+// (the cooperative schedule).
+template <int kTileN, int kWarps>
+class ScaledColumnMomentsEpilogue {
+ public:
+  using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
+  using DispatchPolicy = EpilogueSchedule;
+  using ElementC = void;  // no source operand
+  using ElementD = float;
+  using ElementAccumulator = float;
+  using StrideC = cutlass::detail::TagToStrideC_t<cutlass::layout::RowMajor>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  using ThreadEpilogueOp = void;  // named by CUTLASS's device adapter; the work is operator()
+  static constexpr int kThreads = 32 * kWarps;
+  static_assert(kThreads == kTileN, "one thread a column of the tile when the warps' sums meet");
+  // The tile's first row (the shift) and the warps' column sums of d and d^2. The kernel
+  // carves it out of the mainloop's stages (StageCountAutoCarveout).
+  struct SharedStorage {
+    float shift[kTileN];
+    float warp_sums[2][kWarps][kTileN];
+  };
+  using TensorStorage = SharedStorage;
+
+  struct Arguments {
+    const float* alpha = nullptr;  // (M): the rows' scales
+    float* ptr_D = nullptr;        // (M, N) row-major, leading dimension N
+    StrideD dD{};
+    float* tile_mean = nullptr;  // (ceil(M / tile M), N): each tile's column means
+    float* tile_m2 = nullptr;    // (ceil(M / tile M), N): ... sums of squared deviations
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(const ProblemShape&, const Arguments& args,
+                                                  void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(const ProblemShape&, const Arguments&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(const ProblemShape&, const Arguments&, void*,
+                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  // N a multiple of 4: a thread's column pair is wholly inside or outside, and rows of y stay
+  // 8-byte aligned.
+  template <class ProblemShape>
+  static bool can_implement(const ProblemShape& shape, const Arguments& args) {
+    return cute::get<1>(shape) % 4 == 0 && args.alpha && args.ptr_D && args.tile_mean &&
+           args.tile_m2;
+  }
+
+  CUTLASS_HOST_DEVICE
+  ScaledColumnMomentsEpilogue(const Params& params, const SharedStorage& = SharedStorage())
+      : params_(params) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
+            class FrgLayout, class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                 BlockCoordMNKL blk_coord_mnkl,
+                                 const cute::Tensor<FrgEngine, FrgLayout>& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char* smem) {
+    using namespace cute;
+    static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2,
+                  "moments epilogue: expects wgmma's 64xN float32 accumulator layout");
+    constexpr int kV = size<0, 2>(FrgLayout{});
+    static_assert(size<1>(FrgLayout{}) == 1 && size<2>(FrgLayout{}) == 1,
+                  "moments epilogue: one 64-row wgmma atom a warp group, across the tile's N");
+    static_assert(8 * kV == kTileN, "moments epilogue: the atom spans the tile's N");
+    constexpr int kSlots = 2 * kV;  // a thread's columns: slot 2 v2 + v0
+    SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem);
+
+    const int m_total = get<0>(problem_shape_mnkl);
+    const int n_total = get<1>(problem_shape_mnkl);
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
+    Tensor coords = local_tile(make_identity_tensor(make_shape(m_total, n_total)),
+                               take<0, 2>(blk_shape_mnk), make_coord(m_coord, n_coord));
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tc = thr_mma.partition_C(coords);  // same shape as the accumulators: (row, col)
+    const int m0 = static_cast<int>(m_coord) * get<0>(blk_shape_mnk);
+    const int n0 = static_cast<int>(n_coord) * kTileN;
+    const int warp = thread_idx / 32, lane = thread_idx % 32;
+
+    // The thread's two rows (the same for every column block) and their scales; 0 past M.
+    float alpha[2];
+    bool in_m[2];
+    CUTLASS_PRAGMA_UNROLL
+    for (int v1 = 0; v1 < 2; ++v1) {
+      const int row = get<0>(tc(make_coord(0, v1, 0), 0, 0));
+      in_m[v1] = row < m_total;
+      alpha[v1] = in_m[v1] ? params_.alpha[row] : 0.0f;
+    }
+    auto y = [&](int v0, int v1, int v2) {
+      return alpha[v1] * accumulators(make_coord(v0, v1, v2), 0, 0);
+    };
+
+    // y itself.
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < kV; ++v2) {
+      const int col = get<1>(tc(make_coord(0, 0, v2), 0, 0));
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        const int row = get<0>(tc(make_coord(0, v1, v2), 0, 0));
+        if (in_m[v1] && col < n_total) {
+          float* d = params_.ptr_D + static_cast<int64_t>(row) * get<0>(params_.dD) + col;
+          *reinterpret_cast<float2*>(d) = make_float2(y(0, v1, v2), y(1, v1, v2));
+        }
+      }
+    }
+
+    // The previous tile's last reads of shared memory are done before this tile writes it.
+    cutlass::arch::NamedBarrier::sync(kThreads, kBarrier);
+    // The shift: the tile's first row (row m0: warp 0, lanes 0-3, v1 = 0), always in M.
+    if (warp == 0 && lane < 4) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v2 = 0; v2 < kV; ++v2) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v0 = 0; v0 < 2; ++v0) shared.shift[8 * v2 + 2 * lane + v0] = y(v0, 0, v2);
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, kBarrier);
+    float s1[kSlots], s2[kSlots];
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < kV; ++v2) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v0 = 0; v0 < 2; ++v0) {
+        const float c = shared.shift[8 * v2 + 2 * (lane % 4) + v0];
+        float a = 0.0f, b = 0.0f;
+        CUTLASS_PRAGMA_UNROLL
+        for (int v1 = 0; v1 < 2; ++v1) {
+          const float d = in_m[v1] ? y(v0, v1, v2) - c : 0.0f;
+          a += d;
+          b += d * d;
+        }
+        s1[2 * v2 + v0] = a;
+        s2[2 * v2 + v0] = b;
+      }
+    }
+    // Reduce-scatter over the 8 lanes sharing these columns: lane bit 2, 3, 4 in turn keeps
+    // the lower or upper half of what is left and adds its partner's copy of that half.
+    reduce_scatter<kSlots, 4>(s1, s2, lane);
+    reduce_scatter<kSlots / 2, 8>(s1, s2, lane);
+    reduce_scatter<kSlots / 4, 16>(s1, s2, lane);
+    // This lane now holds slots base .. base + kSlots / 8 of its column group.
+    const int base = (lane & 4 ? kSlots / 2 : 0) + (lane & 8 ? kSlots / 4 : 0) +
+                     (lane & 16 ? kSlots / 8 : 0);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSlots / 8; ++i) {
+      const int slot = base + i;
+      const int col = 8 * (slot / 2) + 2 * (lane % 4) + slot % 2;
+      shared.warp_sums[0][warp][col] = s1[i];
+      shared.warp_sums[1][warp][col] = s2[i];
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, kBarrier);
+    float t1 = 0.0f, t2 = 0.0f;
+    CUTLASS_PRAGMA_UNROLL
+    for (int w = 0; w < kWarps; ++w) {
+      t1 += shared.warp_sums[0][w][thread_idx];
+      t2 += shared.warp_sums[1][w][thread_idx];
+    }
+    if (n0 + thread_idx < n_total) {
+      const float count =
+          static_cast<float>(min(m_total - m0, static_cast<int>(get<0>(blk_shape_mnk))));
+      const int64_t at = static_cast<int64_t>(m_coord) * n_total + n0 + thread_idx;
+      params_.tile_mean[at] = shared.shift[thread_idx] + t1 / count;
+      params_.tile_m2[at] = fmaxf(t2 - t1 * t1 / count, 0.0f);
+    }
+  }
+
+ private:
+  // A named barrier of the consumer threads only (the producer warp group is elsewhere): the
+  // first id CUTLASS leaves to users.
+  static constexpr uint32_t kBarrier = 0;
+
+  // One reduce-scatter step over lanes kOffset apart: of kCount values in a and b, a lane keeps
+  // the lower half (its kOffset bit clear) or the upper half, plus its partner's copy of it.
+  template <int kCount, int kOffset>
+  CUTLASS_DEVICE static void reduce_scatter(float* a, float* b, int lane) {
+    const bool upper = (lane & kOffset) != 0;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kCount / 2; ++i) {
+      const float send_a = upper ? a[i] : a[i + kCount / 2];
+      const float send_b = upper ? b[i] : b[i + kCount / 2];
+      const float keep_a = upper ? a[i + kCount / 2] : a[i];
+      const float keep_b = upper ? b[i + kCount / 2] : b[i];
+      a[i] = keep_a + __shfl_xor_sync(0xffffffffu, send_a, kOffset);
+      b[i] = keep_b + __shfl_xor_sync(0xffffffffu, send_b, kOffset);
+    }
+  }
+
+  Params params_;
+};
+
+}  // namespace fusedops::cuda::gemm::sm90
