@@ -1,6 +1,7 @@
 """Runs every fusedops CUDA kernel once per dtype at small, odd sizes and checks the result
 against the reference model. Meant to run under compute-sanitizer (memcheck, racecheck):
 scripts/gpu_check.sh does that. Exits non-zero on any mismatch."""
+import copy
 import sys
 
 import torch
@@ -68,6 +69,31 @@ def main():
                                             f"39 eval 3xfp16 {m}x{n}x{k}")
             failures += not engine_case("98", (1001, 366, 7, -1.5), 77, 1001,
                                         "98 3xfp16 77x366x1001")
+        # TF32 allowed, model 39 in training above 1024 rows: the one-product GEMM with the
+        # column moments in its epilogue (a partial last tile of 76 rows, a partial 256-wide
+        # tile, a guarded row), and a width so narrow that K is split (moments taken from y).
+        saved = torch.backends.cuda.matmul.fp32_precision
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        try:
+            for m, n, k in ((1100, 1800, 300), (1100, 260, 4100)):
+                prob = PROBLEMS["39"]
+                ref = prob.model(k, n, (n,)).cuda().double()
+                new = prob.model_new(k, n, (n,)).cuda()
+                new.load_state_dict(ref.state_dict())
+                x = torch.randn(m, k, device="cuda")
+                x[700, : k // 2] *= 2.0 ** 20
+                x[700, k // 2:] *= 2.0 ** -20
+                with torch.no_grad():
+                    (line,) = fusedops.explain(copy.deepcopy(new), x)
+                    out_ref, out_new = ref(x.double()), new(x)
+                torch.cuda.synchronize()
+                ok = ": 1xfp16-fused (" in line and torch.allclose(
+                    out_new.double(), out_ref, atol=2e-2, rtol=2e-2) and torch.allclose(
+                    new.bn.running_var.double(), ref.bn.running_var, atol=2e-2, rtol=2e-2)
+                print(f"39 training tf32 {m}x{n}x{k}: {'ok' if ok else 'MISMATCH ' + line}")
+                failures += not ok
+        finally:
+            torch.backends.cuda.matmul.fp32_precision = saved
         # The native half GEMM with model 62's epilogue fused, forced: partial tiles in M, N
         # (400 = 3 x 128 + 16) and K (520), groups of 16; and groups of 32 over two tiles.
         with fusedops.settings(FUSEDOPS_HALF_GEMM="fused"):

@@ -6,6 +6,9 @@ odd where the kernels have edges: out_features not a multiple of the 16-row tile
 multiple of 8 that leaves a partial 256-wide round, and in_features not a multiple of 8 (no
 skinny-half: cuBLAS)."""
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -65,6 +68,42 @@ def test_every_batch_size_matches_the_reference(case, dtype, dist):
     for b in (1, 2, limit - 1, limit, limit + 1, 64, MAX_ROWS):
         (line,) = fusedops.explain(new, x[:b])
         assert (f": {name} (" in line) == (b <= limit), line
+
+
+# in_features that leave part of a warp's 32-wide K step past the end (80 = 2 x 32 + 16,
+# 264 = 8 x 32 + 8) with few output rows (the kernel's widest blocks, 32 warps): the skinny-half
+# kernel once ran its warp-wide MMAs on part of a warp there and hung the GPU (found by the
+# sanitizer workload). In a child process with a time limit, so that a hang fails this test
+# instead of stopping the suite.
+PARTIAL_STEP = {"62": (80, 51, 3), "62g16": (80, 48, 3), "39": (264, 50, (50,)),
+                "98": (264, 50, 5, 2.0)}
+PARTIAL_STEP_CHILD = """
+import sys, torch
+from fusedops_testing import assert_contract, make_input, make_pair
+key, init_args = sys.argv[1], eval(sys.argv[2])
+torch.manual_seed(0)
+for dtype in (torch.float16, torch.bfloat16):
+    ref, new = make_pair(key[:2], init_args, device="cuda", dtype=dtype)
+    ref64 = make_pair(key[:2], init_args, device="cuda", dtype=torch.float64)[0]
+    ref64.load_state_dict(ref.state_dict())
+    for model in (ref, new, ref64):
+        model.eval()
+    x = make_input((16, init_args[0]), "randn", dtype=dtype, device="cuda")
+    with torch.no_grad():
+        for b in range(1, 17):
+            assert_contract(new(x[:b]), ref(x[:b]), ref64(x[:b].double()))
+    torch.cuda.synchronize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("case", list(PARTIAL_STEP))
+def test_skinny_half_with_a_partial_warp_step(case):
+    done = subprocess.run([sys.executable, "-c", PARTIAL_STEP_CHILD, case,
+                           repr(PARTIAL_STEP[case])],
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

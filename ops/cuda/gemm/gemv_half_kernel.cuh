@@ -91,7 +91,12 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
   }
   float acc[kRowTiles][kTiles][4] = {};
   constexpr int kRound = kWarps * 32;  // k a block reads per round
-  for (int k0 = warp * 32 + t * 8; k0 < k; k0 += kRound * kUnroll) {
+  // The loop runs on the warp's first k, the same in every lane: mma.sync is a warp-wide
+  // instruction, which must not run on part of a warp. A lane whose own k is past the end
+  // loads zeros. (Per-lane k0 < k hung the GPU wherever K left part of a warp's 32-wide step,
+  // e.g. in_features 80 or 264.)
+  for (int kw = warp * 32; kw < k; kw += kRound * kUnroll) {
+    const int k0 = kw + t * 8;
     uint4 wv[kUnroll][kRowTiles][2];
     uint4 xv[kUnroll][kTiles];
 #pragma unroll
