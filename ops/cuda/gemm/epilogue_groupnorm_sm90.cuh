@@ -26,57 +26,38 @@
 #include "cutlass/numeric_conversion.h"
 
 #include "common/store.h"
+#include "cuda/gemm/register_epilogue_sm90.cuh"
 #include "epilogues/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops::cuda::gemm::sm90 {
 
+template <class Element>
+struct GroupNormEpilogueArguments {
+  const Element* bias = nullptr;   // (N): the Linear bias
+  const Element* gamma = nullptr;  // (N): GroupNorm's affine weight
+  const Element* beta = nullptr;   // (N): GroupNorm's affine bias
+  int group_size = 0;              // a power of two, 16 .. the tile's N (can_implement)
+  float eps = 0.f;
+  float negative_slope = 0.f;
+  Element* ptr_D = nullptr;  // (M, N) row-major, leading dimension N
+  RowMajorStride dD{};
+};
+
 // Element: the output's and the per-channel parameters' type: the model's dtype
 // (cutlass::half_t, cutlass::bfloat16_t), or float for the operator's autocast form.
 template <class Element>
-class GroupNormLeakyReluSumEpilogue {
+class GroupNormLeakyReluSumEpilogue
+    : public RegisterEpilogue<Element, GroupNormEpilogueArguments<Element>> {
  public:
-  using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
-  using DispatchPolicy = EpilogueSchedule;
-  using ElementC = void;  // no source operand
-  using ElementD = Element;
-  using ElementAccumulator = float;
-  using StrideC = cutlass::detail::TagToStrideC_t<cutlass::layout::RowMajor>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  using ThreadEpilogueOp = void;  // named by CUTLASS's device adapter; the work is operator()
+  using Base = RegisterEpilogue<Element, GroupNormEpilogueArguments<Element>>;
+  using typename Base::Arguments;
+  using typename Base::Params;
   struct SharedStorage {};
   using TensorStorage = SharedStorage;
 
   // Channels per 16-column block: the unit the shuffles reduce (see above).
   static constexpr int kBlock = 16;
 
-  struct Arguments {
-    const Element* bias = nullptr;   // (N): the Linear bias
-    const Element* gamma = nullptr;  // (N): GroupNorm's affine weight
-    const Element* beta = nullptr;   // (N): GroupNorm's affine bias
-    int group_size = 0;              // a power of two, 16 .. the tile's N (can_implement)
-    float eps = 0.f;
-    float negative_slope = 0.f;
-    Element* ptr_D = nullptr;  // (M, N) row-major, leading dimension N
-    StrideD dD{};
-  };
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(const ProblemShape&, const Arguments& args,
-                                                  void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(const ProblemShape&, const Arguments&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(const ProblemShape&, const Arguments&, void*,
-                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   // The caller (sm90_half_gemm.cu) checks the group size against the tile before this; here
   // the facts the register reduction rests on, for any other caller.
   template <class ProblemShape>
@@ -90,8 +71,6 @@ class GroupNormLeakyReluSumEpilogue {
   CUTLASS_HOST_DEVICE
   GroupNormLeakyReluSumEpilogue(const Params& params, const SharedStorage& = SharedStorage())
       : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
             class FrgLayout, class TiledMma, class ResidueMNK>

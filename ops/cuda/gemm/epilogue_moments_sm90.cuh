@@ -23,28 +23,24 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
-#include "cutlass/cutlass.h"
-#include "cutlass/detail/layout.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
-#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cuda/gemm/register_epilogue_sm90.cuh"
 
 namespace fusedops::cuda::gemm::sm90 {
+
+struct ScaledColumnMomentsArguments {
+  const float* alpha = nullptr;  // (M): the rows' scales
+  float* ptr_D = nullptr;        // (M, N) row-major, leading dimension N
+  RowMajorStride dD{};
+  float* tile_mean = nullptr;  // (ceil(M / tile M), N): each tile's column means
+  float* tile_m2 = nullptr;    // (ceil(M / tile M), N): ... sums of squared deviations
+};
 
 // kTileN: the tile's width; kWarps: the warps of the consumer warp groups, which share a tile
 // (the cooperative schedule).
 template <int kTileN, int kWarps>
-class ScaledColumnMomentsEpilogue {
+class ScaledColumnMomentsEpilogue : public RegisterEpilogue<float, ScaledColumnMomentsArguments> {
  public:
-  using EpilogueSchedule = cutlass::epilogue::NoSmemWarpSpecialized;
-  using DispatchPolicy = EpilogueSchedule;
-  using ElementC = void;  // no source operand
-  using ElementD = float;
-  using ElementAccumulator = float;
-  using StrideC = cutlass::detail::TagToStrideC_t<cutlass::layout::RowMajor>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  using ThreadEpilogueOp = void;  // named by CUTLASS's device adapter; the work is operator()
   static constexpr int kThreads = 32 * kWarps;
   static_assert(kThreads == kTileN, "one thread a column of the tile when the warps' sums meet");
   // The tile's first row (the shift) and the warps' column sums of d and d^2. The kernel
@@ -55,29 +51,6 @@ class ScaledColumnMomentsEpilogue {
   };
   using TensorStorage = SharedStorage;
 
-  struct Arguments {
-    const float* alpha = nullptr;  // (M): the rows' scales
-    float* ptr_D = nullptr;        // (M, N) row-major, leading dimension N
-    StrideD dD{};
-    float* tile_mean = nullptr;  // (ceil(M / tile M), N): each tile's column means
-    float* tile_m2 = nullptr;    // (ceil(M / tile M), N): ... sums of squared deviations
-  };
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(const ProblemShape&, const Arguments& args,
-                                                  void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(const ProblemShape&, const Arguments&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(const ProblemShape&, const Arguments&, void*,
-                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   // N a multiple of 4: a thread's column pair is wholly inside or outside, and rows of y stay
   // 8-byte aligned.
   template <class ProblemShape>
@@ -89,8 +62,6 @@ class ScaledColumnMomentsEpilogue {
   CUTLASS_HOST_DEVICE
   ScaledColumnMomentsEpilogue(const Params& params, const SharedStorage& = SharedStorage())
       : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
             class FrgLayout, class TiledMma, class ResidueMNK>
