@@ -93,11 +93,8 @@ class GroupNormLeakyReluSumEpilogue
 
     const int m_total = get<0>(problem_shape_mnkl);
     const int n_total = get<1>(problem_shape_mnkl);
-    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord_mnkl;
-    Tensor coords = local_tile(make_identity_tensor(make_shape(m_total, n_total)),
-                               take<0, 2>(blk_shape_mnk), make_coord(m_coord, n_coord));
-    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor tc = thr_mma.partition_C(coords);  // same shape as the accumulators: (row, col)
+    const auto tc = accumulator_coords(problem_shape_mnkl, blk_shape_mnk, blk_coord_mnkl,
+                                       tiled_mma, thread_idx);
 
     Tensor y = make_fragment_like<float>(accumulators);
     const int blocks_per_group = params_.group_size / kBlock;

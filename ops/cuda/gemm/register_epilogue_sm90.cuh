@@ -5,6 +5,7 @@
 // arguments' checks, their shared memory and operator(). Included only by sm90_*.cu files.
 #pragma once
 
+#include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/layout.hpp"
 #include "cutlass/epilogue/dispatch_policy.hpp"
@@ -45,5 +46,19 @@ struct RegisterEpilogue {
   }
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 };
+
+// The (row, col) in the problem of each of a thread's accumulators: a tensor of the
+// accumulator fragment's shape.
+template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class TiledMma>
+CUTLASS_DEVICE auto accumulator_coords(const ProblemShapeMNKL& problem_shape_mnkl,
+                                       const BlockShapeMNK& blk_shape_mnk,
+                                       const BlockCoordMNKL& blk_coord_mnkl,
+                                       const TiledMma& tiled_mma, int thread_idx) {
+  using namespace cute;
+  Tensor coords = local_tile(
+      make_identity_tensor(make_shape(get<0>(problem_shape_mnkl), get<1>(problem_shape_mnkl))),
+      take<0, 2>(blk_shape_mnk), make_coord(get<0>(blk_coord_mnkl), get<1>(blk_coord_mnkl)));
+  return tiled_mma.get_thread_slice(thread_idx).partition_C(coords);
+}
 
 }  // namespace fusedops::cuda::gemm::sm90
