@@ -86,6 +86,11 @@ class ScaledColumnMomentsEpilogue : public RegisterEpilogue<float, ScaledColumnM
                                        tiled_mma, thread_idx);
     const int m0 = static_cast<int>(m_coord) * get<0>(blk_shape_mnk);
     const int n0 = static_cast<int>(n_coord) * kTileN;
+    // CUTLASS's persistent scheduler rounds the tiles in M up to whole clusters (2 x 1), so with
+    // an odd number of 128-row tiles one tile lies wholly past M: it has no row of tile_mean
+    // to write (its moments landed in whatever memory followed tile_m2: found with m = 1100,
+    // where they overwrote the guard's list). The whole tile returns, all its threads alike.
+    if (m0 >= m_total || n0 >= n_total) return;
     const int warp = thread_idx / 32, lane = thread_idx % 32;
 
     // The thread's two rows (the same for every column block) and their scales; 0 past M.
