@@ -20,6 +20,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/gemm/gemv_half_kernel.cuh"
@@ -88,13 +90,32 @@ struct Timer {
 
 template <int kWarps, int kTiles, int kRowTiles, int kUnroll>
 void skinny(const __half* x, const __half* w, float* y, int m, int n, int k) {
-  const auto kernel = gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, StoreFloatY>;
+  const auto kernel = gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, false, StoreFloatY>;
   constexpr int smem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles>();
   if (smem > 48 * 1024) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
   kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(x, w, m, n, k,
-                                                                            StoreFloatY{y});
+                                                                            StoreFloatY{y}, {});
+  CHECK(cudaGetLastError());
+}
+
+// The float32 form (kPair) on W's and x's fp16 pairs (rows 2k halves long): per-row scales 1
+// and 2^-11, no guarded rows.
+template <int kWarps, int kTiles, int kRowTiles, int kUnroll>
+void skinny_pair(const __half* x, const __half* w, const float* alpha, const float* beta, float* y,
+                 int m, int n, int k) {
+  const auto kernel =
+      gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, true, StoreFloatY>;
+  constexpr int smem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles, true>();
+  if (smem > 48 * 1024) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
+  fusedops::cuda::gemm::PairArgs pair;
+  pair.alpha = alpha;
+  pair.beta = beta;
+  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(
+      x, w, m, n, k, StoreFloatY{y}, pair);
   CHECK(cudaGetLastError());
 }
 
@@ -110,12 +131,74 @@ __half* random_halves(size_t count, float scale, unsigned seed) {
 
 }  // namespace
 
-int main() {
+// `gemv_floor pair`: the float32 form's shapes against a read of W's pair (256 MiB), each
+// shape's y checked against the first's.
+int pair_main(Timer& timer) {
+  constexpr int n = 8192, k = 8192, kMaxRows = 64;
+  const __half* w = random_halves(size_t{n} * 2 * k, 0.02f, 1);
+  const __half* x = random_halves(size_t{kMaxRows} * 2 * k, 1.f, 2);
+  std::vector<float> host_alpha(kMaxRows, 1.f), host_beta(kMaxRows, 1.f / 2048);
+  float *alpha = nullptr, *beta = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&alpha, sizeof(float) * kMaxRows));
+  CHECK(cudaMalloc(&beta, sizeof(float) * kMaxRows));
+  CHECK(cudaMemcpy(alpha, host_alpha.data(), sizeof(float) * kMaxRows, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(beta, host_beta.data(), sizeof(float) * kMaxRows, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&y, sizeof(float) * kMaxRows * n));
+  const double w_bytes = 4.0 * n * k;
+  const auto gbs = [&](float ms) { return w_bytes / (ms * 1e6); };
+  std::printf("float32 form, n = k = %d (W's pair %.0f MiB), ms (GB/s of the pair)\n", n,
+              w_bytes / (1 << 20));
+  for (const bool read_flush : {false, true}) {
+    timer.read_flush = read_flush;
+    std::printf("== L2 emptied by %s 256 MiB\n", read_flush ? "reading" : "writing");
+    const float read = timer.median_ms([&] {
+      read_words<<<timer.sms * 16, 512>>>(reinterpret_cast<const uint4*>(w), w_bytes / 16,
+                                          timer.sink);
+    });
+    std::printf("read of W's pair %.4f (%.0f)\n", read, gbs(read));
+    for (const int m : {1, 4, 8, 12, 16, 24, 32, 48, 64}) {
+      std::printf("m=%-3d", m);
+      std::vector<float> first, got(static_cast<size_t>(m) * n);
+      const auto run = [&](const char* name, auto launch) {
+        const float t = timer.median_ms(launch);
+        CHECK(cudaMemset(y, 0, sizeof(float) * got.size()));
+        launch();
+        CHECK(cudaMemcpy(got.data(), y, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
+        bool same = true;
+        if (first.empty()) first = got;
+        for (size_t i = 0; i < got.size(); ++i) {
+          same &= std::fabs(got[i] - first[i]) <= 1e-5f * (1.f + std::fabs(first[i]));
+        }
+        std::printf(" | %s %.4f (%.0f)%s", name, t, gbs(t), same ? "" : " DIFFERS");
+      };
+      const auto shapes = [&](auto tiles) {
+        constexpr int kT = decltype(tiles)::value;
+        run("16r x 8w u2", [&] { skinny_pair<8, kT, 1, 2>(x, w, alpha, beta, y, m, n, k); });
+        run("16r x 8w u1", [&] { skinny_pair<8, kT, 1, 1>(x, w, alpha, beta, y, m, n, k); });
+        run("32r x 8w u1", [&] { skinny_pair<8, kT, 2, 1>(x, w, alpha, beta, y, m, n, k); });
+        run("32r x 16w u1", [&] { skinny_pair<16, kT, 2, 1>(x, w, alpha, beta, y, m, n, k); });
+        if constexpr (kT <= 4) {
+          run("32r x 8w u2", [&] { skinny_pair<8, kT, 2, 2>(x, w, alpha, beta, y, m, n, k); });
+          run("64r x 8w u1", [&] { skinny_pair<8, kT, 4, 1>(x, w, alpha, beta, y, m, n, k); });
+        }
+      };
+      if (m <= 8) shapes(std::integral_constant<int, 1>{});
+      else if (m <= 16) shapes(std::integral_constant<int, 2>{});
+      else if (m <= 32) shapes(std::integral_constant<int, 4>{});
+      else shapes(std::integral_constant<int, 8>{});
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
   constexpr int n = 8192, k = 8192, kMaxRows = 64;
   Timer timer;
   CHECK(cudaDeviceGetAttribute(&timer.sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaMalloc(&timer.flush, kFlushBytes));
   CHECK(cudaMalloc(&timer.sink, sizeof(int)));
+  if (argc > 1 && std::string(argv[1]) == "pair") return pair_main(timer);
   const __half* w = random_halves(size_t{n} * k, 0.02f, 1);
   const __half* x = random_halves(size_t{kMaxRows} * k, 1.f, 2);
   float *y = nullptr, *y_ref = nullptr;

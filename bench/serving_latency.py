@@ -11,9 +11,10 @@ first launch counts, as it does for a server's request), median of --reps; model
 with a warm L2 (their folded weights fit it), 39 and 62 with L2 flushed before each call.
 `host` = perf_counter around the call without synchronizing (what the call costs the CPU).
 `graph` = a captured CUDA graph of the call replayed (kernels only). `floor` = one read of the
-weights the call must read at --hbm-tbs. `cublas` (float16/bfloat16) = the same call with
-FUSEDOPS_HALF_GEMM=cublas, the route those sizes took before the skinny-half engine, timed in
-the same run. --host-profile prints, for batch 1 of each model and
+weights the call must read at --hbm-tbs. `before` = the same call on the route those sizes took
+before the weight-streaming tensor-core kernel, timed in the same run: float16/bfloat16 with
+FUSEDOPS_HALF_GEMM=cublas, float32 with FUSEDOPS_FP32_GEMM=ieee (SGEMM, or the float32 skinny
+kernel at 1-4 rows). --host-profile prints, for batch 1 of each model and
 dtype, the CPU-side events (operators and CUDA runtime calls) of one call in order.
 --host-floor prints first what one call costs the host when calls run back to back (2000 calls
 timed together, median of 5 loops) for models 18 and 98, whose kernels take less time than
@@ -187,7 +188,7 @@ def main(argv=None):
     flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     rows = []
     print(f"{'model':>5} {'dtype':>9} {'batch':>5} {'call':>8} {'host':>8} {'graph':>8} "
-          f"{'cublas':>8} {'eager':>8} {'floor':>8} {'x eager':>8} {'x floor':>8}  (ms)")
+          f"{'before':>8} {'eager':>8} {'floor':>8} {'x eager':>8} {'x floor':>8}  (ms)")
     for key in args.models.split(","):
         prob = PROBLEMS[key]
         for dname in args.dtypes.split(","):
@@ -209,18 +210,17 @@ def main(argv=None):
                     host = time_host(lambda: new(x), args.reps)
                     eager = time_events(lambda: ref(x), args.reps, flush)
                     graph = None if args.no_graph else time_graph(lambda: new(x), args.reps, flush)
-                    cublas = None
-                    if dtype != torch.float32:
-                        with fusedops.settings(FUSEDOPS_HALF_GEMM="cublas"):
-                            new(x)
-                            cublas = time_events(lambda: new(x), args.reps, flush)
+                    before_route = ({"FUSEDOPS_FP32_GEMM": "ieee"} if dtype == torch.float32
+                                    else {"FUSEDOPS_HALF_GEMM": "cublas"})
+                    with fusedops.settings(**before_route):
+                        new(x)
+                        before = time_events(lambda: new(x), args.reps, flush)
                 row = dict(model=key, dtype=dname, batch=batch, call_ms=call, host_ms=host,
-                           graph_ms=graph, cublas_ms=cublas, eager_ms=eager, floor_ms=floor_ms,
+                           graph_ms=graph, before_ms=before, eager_ms=eager, floor_ms=floor_ms,
                            l2="warm" if flush is None else f"cold ({args.flush} flush)")
                 rows.append(row)
                 g = f"{graph:8.4f}" if graph is not None else f"{'-':>8}"
-                c = f"{cublas:8.4f}" if cublas is not None else f"{'-':>8}"
-                print(f"{key:>5} {dname:>9} {batch:>5} {call:8.4f} {host:8.4f} {g} {c} {eager:8.4f} "
+                print(f"{key:>5} {dname:>9} {batch:>5} {call:8.4f} {host:8.4f} {g} {before:8.4f} {eager:8.4f} "
                       f"{floor_ms:8.4f} {eager / call:8.2f} {call / floor_ms:8.2f}", flush=True)
             del ref, new
             torch.cuda.empty_cache()

@@ -1,6 +1,7 @@
 // Model 39 on CUDA, a composition: checks, the planned GEMM y = x W^T (cuda/linear.h), then
 // z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h);
-// in eval mode at small batch all of it in one kernel (skinny-half-fused, gemm/skinny_half.h);
+// in eval mode at small batch all of it in one kernel (skinny-half-fused, or skinny-3xfp16-fused
+// in float32: gemm/skinny_half.h);
 // in training with TF32 allowed at large batch, the statistics' moments from the GEMM's
 // epilogue (1xfp16-fused, gemm/gemm_3xfp16.h).
 #include <ATen/ATen.h>
@@ -45,17 +46,24 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   // y's, which the one-product GEMM's epilogue can take by tiles.
   const bool per_column = scale.dim() == 1 && scale.size(0) == n;
   const cuda::PlannedLinear planned =
-      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, per_column,
+      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, per_column, cache_folds,
                         out_dtype != x.scalar_type(), training);
-  if (planned.plan.route == plan::Route::kSkinnyHalfFused) {
-    cuda::gemm::skinny_half_batchnorm_eval(xc, wc, bc, scale, gamma, beta,
-                                           running_mean.contiguous(), running_var.contiguous(),
-                                           eps, out, planned.request.device.sm_count);
-    return out;
+  const bool skinny_pair = planned.plan.route == plan::Route::kSkinny3xFp16Fused;
+  if (planned.plan.route == plan::Route::kSkinnyHalfFused || skinny_pair) {
+    cuda::gemm::SkinnyOperands ops;
+    if (cuda::gemm::skinny_operands(xc, wc, weight, cache_folds, ops)) {
+      cuda::gemm::skinny_half_batchnorm_eval(ops, bc, scale, gamma, beta,
+                                             running_mean.contiguous(), running_var.contiguous(),
+                                             eps, out, planned.request.device.sm_count);
+      return out;
+    }
   }
   cuda::LinearOutput linear;
   std::optional<cuda::TileMoments> tiles;
-  if (planned.plan.route == plan::Route::kFp16x1Fused) {
+  if (skinny_pair) {
+    linear = cuda::run_fallback(planned, xc, wc, bc, weight, cache_folds,
+                                cuda::kWeightRefused3xFp16);
+  } else if (planned.plan.route == plan::Route::kFp16x1Fused) {
     linear.y = at::empty({batch, n}, x.options().dtype(at::kFloat));
     tiles = cuda::make_tile_moments(batch, n, cuda::gemm::kMomentsTileRows, linear.y);
     if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, linear.y, *tiles)) {

@@ -22,6 +22,8 @@ namespace {
 
 static_assert(plan::kMaxSkinnyHalfRows <= gemm::kSkinnyHalfCapacity,
               "the planner sends the skinny-half engine more rows than it takes");
+static_assert(plan::kMaxSkinnyPairRows <= gemm::kSkinnyPairCapacity,
+              "the planner sends the float32 skinny engine more rows than it takes");
 
 plan::DType dtype_of(at::ScalarType t) {
   switch (t) {
@@ -35,8 +37,8 @@ plan::DType dtype_of(at::ScalarType t) {
 }  // namespace
 
 PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable, bool autocast_form,
-                          bool training) {
+                          Numerics numerics, bool epilogue_fusable, bool cache_folds,
+                          bool autocast_form, bool training) {
   PlannedLinear p;
   p.device_index = x.device().index();
   plan::GemmRequest& r = p.request;
@@ -52,6 +54,7 @@ PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& we
   r.epilogue_fusable = epilogue_fusable;
   r.autocast_form = autocast_form;
   r.training = training;
+  r.folds_cached = cache_folds;
   r.device = device_facts(p.device_index);
   p.plan = plan::plan_gemm(r);
   plan::note_plan(r, p.plan, p.device_index);
@@ -82,8 +85,15 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
     case Route::kTf32: gemm::aten_tf32_linear(x, weight, y); break;
     case Route::kSkinny: gemm::skinny_linear(x, weight, y); break;
     case Route::kSkinnyHalf:
-      gemm::skinny_half_linear(x, weight, y, planned.request.device.sm_count);
+    case Route::kSkinny3xFp16: {
+      gemm::SkinnyOperands ops;
+      if (!gemm::skinny_operands(x, weight, weight_key, cache_folds, ops)) {
+        return run_fallback(planned, x, weight, bias, weight_key, cache_folds,
+                            kWeightRefused3xFp16);
+      }
+      gemm::skinny_half_linear(ops, y, planned.request.device.sm_count);
       break;
+    }
     case Route::kTf32x3:
       gemm::tf32x3_linear(x, weight, weight_key, cache_folds, plan::settings().tf32x3_chunk, y);
       break;

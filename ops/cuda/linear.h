@@ -19,11 +19,12 @@ struct PlannedLinear {
   plan::Plan plan;
   int device_index = 0;
 };
-// autocast_form: the operator was called in its autocast form (common/checks.h); training:
-// model 39's BatchNorm is in training mode (plan::GemmRequest).
+// cache_folds: the call's (W's folds outlive it); autocast_form: the operator was called in its
+// autocast form (common/checks.h); training: model 39's BatchNorm is in training mode
+// (plan::GemmRequest).
 PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable, bool autocast_form = false,
-                          bool training = false);
+                          Numerics numerics, bool epilogue_fusable, bool cache_folds,
+                          bool autocast_form = false, bool training = false);
 
 // y of an unfused route. x and weight contiguous, one dtype, on the current device;
 // weight_key: the caller's weight tensor, which owns the engines' cached folds of it (weight

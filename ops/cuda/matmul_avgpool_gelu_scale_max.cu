@@ -39,7 +39,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   // The epilogue reads the partials 4 columns at a time with the pooled bias beside them.
   const bool fusable = pooled_weight.size(0) % 4 == 0;
   const cuda::PlannedLinear planned = cuda::plan_linear(plan::Op::kAvgPoolGeluScaleMax, xc,
-                                                        pooled_weight, mode, fusable);
+                                                        pooled_weight, mode, fusable, cache_folds);
   const bool fused = planned.plan.route == plan::Route::kFp16x3Fused ||
                      planned.plan.route == plan::Route::kFp16x1Fused;
   if (fused) {

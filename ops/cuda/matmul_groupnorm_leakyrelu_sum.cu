@@ -1,7 +1,7 @@
 // Model 62 on CUDA, a composition: checks, plan (cuda/linear.h), then either a fused route
 // (float16/bfloat16 on Hopper: bias, GroupNorm, LeakyReLU and x2 on the GEMM's float32
-// accumulators, gemm/gemm_half.h; at most 16 rows, any sm_80+: the same on the skinny-half
-// kernel's tile, gemm/skinny_half.h; y is never written) or the planned GEMM followed by one pass
+// accumulators, gemm/gemm_half.h; at most 16 rows, any sm_80+, float32 too: the same on the
+// skinny-half kernel's tile, gemm/skinny_half.h; y is never written) or the planned GEMM followed by one pass
 // over y (epilogues/groupnorm_leakyrelu_sum.h). The math is epilogues/groupnorm_leakyrelu_sum.h
 // in both.
 #include <ATen/ATen.h>
@@ -64,20 +64,30 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   // The fused epilogues reduce a group in registers (the Hopper GEMM's layout rule) or own one
   // per block (the skinny-half kernel's): the same group sizes.
   static_assert(cuda::gemm::kHalfTileN == 128, "skinny_half_group_ok takes the same groups");
-  const bool fusable = cuda::gemm::half_groupnorm_group_ok(group_size) && pair_aligned(bc) &&
-                       pair_aligned(gamma) && pair_aligned(beta);
+  const bool fusable = (x.scalar_type() == at::kFloat
+                           ? cuda::gemm::skinny_half_group_ok(group_size, /*float32=*/true)
+                           : cuda::gemm::half_groupnorm_group_ok(group_size)) &&
+                       pair_aligned(bc) && pair_aligned(gamma) && pair_aligned(beta);
   const cuda::PlannedLinear planned = cuda::plan_linear(
-      plan::Op::kGroupNormLeakyRelu, xc, wc, mode, fusable, out_dtype != x.scalar_type());
+      plan::Op::kGroupNormLeakyRelu, xc, wc, mode, fusable, cache_folds,
+      out_dtype != x.scalar_type());
   if (planned.plan.route == plan::Route::kSm90HalfFused) {
     run_fused(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, out);
     return out;
   }
-  if (planned.plan.route == plan::Route::kSkinnyHalfFused) {
-    cuda::gemm::skinny_half_groupnorm(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, out,
-                                      planned.request.device.sm_count);
-    return out;
+  const bool skinny_pair = planned.plan.route == plan::Route::kSkinny3xFp16Fused;
+  if (planned.plan.route == plan::Route::kSkinnyHalfFused || skinny_pair) {
+    cuda::gemm::SkinnyOperands ops;
+    if (cuda::gemm::skinny_operands(xc, wc, weight, cache_folds, ops)) {
+      cuda::gemm::skinny_half_groupnorm(ops, bc, group_size, gamma, beta, eps, negative_slope,
+                                        out, planned.request.device.sm_count);
+      return out;
+    }
   }
-  const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  const cuda::LinearOutput linear =
+      skinny_pair ? cuda::run_fallback(planned, xc, wc, bc, weight, cache_folds,
+                                       cuda::kWeightRefused3xFp16)
+                  : cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
   // Eager (float16/bfloat16 results): the reference's roundings of the GroupNorm and LeakyReLU
   // outputs.
   cuda::groupnorm_leakyrelu_sum_pass(cuda::y_for_epilogue(linear, out_dtype),

@@ -20,6 +20,8 @@ const char* route_name(Route route) {
     case Route::kSkinny: return "skinny";
     case Route::kSkinnyHalf: return "skinny-half";
     case Route::kSkinnyHalfFused: return "skinny-half-fused";
+    case Route::kSkinny3xFp16: return "skinny-3xfp16";
+    case Route::kSkinny3xFp16Fused: return "skinny-3xfp16-fused";
     case Route::kFp16x3: return "3xfp16";
     case Route::kFp16x3Fused: return "3xfp16-fused";
     case Route::kFp16x1: return "1xfp16";
@@ -163,11 +165,38 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
       p = plan_fp32_exact(r, s);
       break;
   }
+  if (p.route != Route::kSgemm && p.route != Route::kTf32) return p;
   // Batch-1 serving: at most 4 rows make y = x W^T a read of W, which the skinny kernel streams
   // faster than cuBLAS (linear.cu). It needs 16-byte rows; it serves the SGEMM and TF32 plans
   // alike (it is exact float32).
-  if ((p.route == Route::kSgemm || p.route == Route::kTf32) && r.m <= kMaxSkinnyRows &&
-      r.k % 4 == 0 && r.x_aligned && r.w_aligned) {
+  const Route few = r.m <= kMaxSkinnyRows && r.k % 4 == 0 && r.x_aligned && r.w_aligned
+                        ? Route::kSkinny
+                        : p.route;
+  // Small-batch serving: 3 to 32 rows, the skinny-half kernel on W's and x's fp16 pairs as the
+  // 3xFP16 engine splits them (W's pair is that engine's fold, W's bytes: one read of W), three
+  // products at that engine's accuracy, the operator's epilogue inside. Kernel time at
+  // n = k = 8192 (H100, L2 emptied by a write; bench/gemv_floor.cu pair) 0.110-0.126 ms at
+  // 1-32 rows against 0.0998 for a plain read of those bytes. Per call (bench/
+  // serving_latency.py, models 39 and 62, L2 emptied by a read) 0.125-0.159 ms at 4-32 rows
+  // against SGEMM's 0.146-0.288; at 1-2 rows the skinny kernel's one launch measured 6-9%
+  // faster than this route's three (the guard's reset, x's split, the kernel). Above 16 rows
+  // its blocks hold 64 rows of W: N must give half the SMs one. Where the user named the
+  // float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold is made per call
+  // (training), SGEMM.
+  const int64_t pair_rows =
+      r.n >= 32 * static_cast<int64_t>(r.device.sm_count) ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
+  const bool skinny_first = few == Route::kSkinny && r.m <= kSkinnyBeforePairRows;
+  if (s.fp32_gemm == Fp32GemmSetting::kAuto && !skinny_first && r.folds_cached &&
+      r.m <= pair_rows && r.device.major >= 8 && r.n <= kInt32Max && r.k > 0 && r.k <= kInt32Max / 4) {
+    const bool fusable = r.epilogue_fusable && (r.op == Op::kGroupNormLeakyRelu ||
+                                                (r.op == Op::kScaleBatchNorm && !r.training));
+    return {fusable ? Route::kSkinny3xFp16Fused : Route::kSkinny3xFp16, few,
+            fusable ? "few rows: one read of W's fp16 pair, three products, the epilogue in the "
+                      "same kernel (weight-streaming tensor-core kernel)"
+                    : "few rows: one read of W's fp16 pair, three products (weight-streaming "
+                      "tensor-core kernel)"};
+  }
+  if (few == Route::kSkinny) {
     return {Route::kSkinny, Route::kNone, "at most 4 rows: a read of W (weight-streaming kernel)"};
   }
   return p;

@@ -56,6 +56,10 @@ struct GemmRequest {
   // Model 39: BatchNorm in training mode (its epilogue needs the batch's column statistics;
   // in eval mode it is a per-column affine map).
   bool training = false;
+  // W's folds outlive the call (cache_folds: no gradient flows to the weights). Where they do
+  // not, a route whose fold of W is made per call (W's fp16 pair: a pass over W and a host
+  // sync) costs more than the GEMM itself at small batches.
+  bool folds_cached = true;
   // The operator's autocast form (common/checks.h): x and weight in dtype, everything after
   // the Linear float32; the routes are dtype's, the epilogue float32.
   bool autocast_form = false;
@@ -78,6 +82,8 @@ Plan plan_gemm(const GemmRequest& request);
 // Thresholds of the rules, exposed for the table test. Why each value: planner.cpp.
 inline constexpr int64_t kMaxSkinnyRows = 4;
 inline constexpr int64_t kMaxSkinnyHalfRows = 16;
+inline constexpr int64_t kMaxSkinnyPairRows = 32;  // float32, where N >= 32 SMs (else 16)
+inline constexpr int64_t kSkinnyBeforePairRows = 2;  // float32: the skinny kernel first
 inline constexpr int64_t kMin3xFp16Rows = 128;
 inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30
 inline constexpr int64_t kMin3xTf32Rows = 128;

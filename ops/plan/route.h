@@ -19,6 +19,9 @@ enum class Route : uint8_t {
                     // kernel, float32 output (gemm/skinny_half.h)
   kSkinnyHalfFused, // ... with the operator's epilogue on its tile (models 62 and 39 in eval:
                     // one kernel)
+  kSkinny3xFp16,    // float32, at most 16 rows: the same kernel on W's and x's fp16 pairs,
+                    // three products (the 3xFP16 engine's split and accuracy)
+  kSkinny3xFp16Fused,  // ... with the operator's epilogue on its tile
   kFp16x3,          // float32-accurate on Hopper: the 3xFP16 engine (gemm/gemm_3xfp16.h)
   kFp16x3Fused,     // ... its K-slice partials summed by the operator's epilogue (model 98)
   kFp16x1,          // TF32 allowed, on Hopper: the 3xFP16 engine's main term alone (TF32's

@@ -57,6 +57,7 @@ struct Row {
   Route route;
   Route fallback;
   bool training = false;  // model 39's BatchNorm in training mode
+  bool folds_cached = true;  // no gradient to the weights: W's folds outlive the call
 };
 
 constexpr Op k62 = Op::kGroupNormLeakyRelu, k39 = Op::kScaleBatchNorm,
@@ -79,11 +80,21 @@ const std::vector<Row> kTable = {
     {"128 rows under 2^30 FLOP", k39, f32, acc, ieee, &kAuto, kH100, 128, 1024, 4095, true, false, Route::kSgemm, none},
     {"3xTF32 needs a whole K chunk", k39, f32, acc, ieee, &kAuto, kA100, 1024, 8192, 1023, true, false, Route::kSgemm, none},
     {"3xTF32 needs 2048 outputs", k39, f32, acc, ieee, &kAuto, kA100, 1024, 2047, 8192, true, false, Route::kSgemm, none},
-    {"4 rows: the skinny kernel", k62, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, true, true, Route::kSkinny, none},
-    {"1 row: the skinny kernel", k39, f32, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, false, Route::kSkinny, none},
-    {"5 rows: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 5, 8192, 8192, true, false, Route::kSgemm, none},
-    {"4 rows, unaligned: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, false, false, Route::kSgemm, none},
-    {"4 rows, K not a multiple of 4: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8190, true, false, Route::kSgemm, none},
+    {"4 rows: the fp16 pairs' skinny kernel, fused", k62, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSkinny},
+    {"1 row on A100: the float32 skinny kernel", k39, f32, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, false, Route::kSkinny, none},
+    {"3 rows on A100: the fp16 pairs' skinny kernel", k39, f32, acc, ieee, &kAuto, kA100, 3, 8192, 8192, true, false, Route::kSkinny3xFp16, Route::kSkinny},
+    {"2 rows, unaligned: the fp16 pairs' skinny kernel", k39, f32, acc, ieee, &kAuto, kH100, 2, 8192, 8192, false, false, Route::kSkinny3xFp16, Route::kSgemm},
+    {"16 rows, 39 in eval: fused", k39, f32, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSgemm},
+    {"16 rows, 39 in training: unfused", k39, f32, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, true, Route::kSkinny3xFp16, Route::kSgemm, true},
+    {"32 rows, N = 8192: the fp16 pairs' skinny kernel", k39, f32, acc, ieee, &kAuto, kH100, 32, 8192, 8192, true, false, Route::kSkinny3xFp16, Route::kSgemm},
+    {"8 rows, W's fold made per call (gradients): SGEMM", k62, f32, acc, ieee, &kAuto, kH100, 8, 8192, 8192, true, true, Route::kSgemm, none, false, false},
+    {"33 rows: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 33, 8192, 8192, true, false, Route::kSgemm, none},
+    {"17 rows, N = 4223 < 32 SMs: SGEMM", k62, f32, acc, ieee, &kAuto, kH100, 17, 4223, 8192, true, true, Route::kSgemm, none},
+    {"17 rows, N = 4224: fused", k62, f32, acc, ieee, &kAuto, kH100, 17, 4224, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSgemm},
+    {"2 rows on T4 (no bf16 mma.sync): the skinny kernel", k39, f32, acc, ieee, &kAuto, kT4, 2, 8192, 8192, true, false, Route::kSkinny, none},
+    {"4 rows, unaligned: SGEMM if refused", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, false, false, Route::kSkinny3xFp16, Route::kSgemm},
+    {"4 rows, K not a multiple of 4: any K", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8190, true, false, Route::kSkinny3xFp16, Route::kSgemm},
+    {"98 f32, 8 rows: unfused", k98, f32, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinny3xFp16, Route::kSgemm},
     // torch's float32 matmul precision.
     {"TF32 allowed on H100: one fp16 product", k62, f32, acc, tf32, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kFp16x1, Route::kTf32},
     {"TF32 allowed on A100: TF32", k62, f32, acc, tf32, &kAuto, kA100, 1024, 8192, 8192, true, true, Route::kTf32, none},
@@ -93,6 +104,8 @@ const std::vector<Row> kTable = {
     {"TF32 allowed, 98 small: float32-exact", k98, f32, acc, tf32, &kAuto, kH100, 257, 512, 1001, true, true, Route::kSgemm, none},
     {"TF32 allowed, 98 on A100: float32-exact", k98, f32, acc, tf32, &kAuto, kA100, 1024, 512, 8192, true, true, Route::kSgemm, none},
     {"TF32 allowed, 2 rows: skinny", k62, f32, acc, tf32, &kAuto, kH100, 2, 8192, 8192, true, true, Route::kSkinny, none},
+    {"TF32 allowed, 3 rows: the exact pairs' kernel", k62, f32, acc, tf32, &kAuto, kH100, 3, 8192, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSkinny},
+    {"TF32 allowed, 12 rows: the exact skinny kernel", k39, f32, acc, tf32, &kAuto, kH100, 12, 8192, 8192, true, false, Route::kSkinny3xFp16, Route::kTf32},
     {"TF32 allowed, 39 training, 16384 rows: moments in the epilogue", k39, f32, acc, tf32, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kFp16x1Fused, Route::kTf32, true},
     {"TF32 allowed, 39 training, 1025 rows: moments in the epilogue", k39, f32, acc, tf32, &kAuto, kH100, 1025, 4096, 4096, true, true, Route::kFp16x1Fused, Route::kTf32, true},
     {"TF32 allowed, 39 training, 1024 rows: the one-read BatchNorm", k39, f32, acc, tf32, &kAuto, kH100, 1024, 4096, 4096, true, true, Route::kFp16x1, Route::kTf32, true},
@@ -176,6 +189,7 @@ GemmRequest request_of(const Row& row) {
   r.x_aligned = r.w_aligned = row.aligned;
   r.epilogue_fusable = row.fusable;
   r.training = row.training;
+  r.folds_cached = row.folds_cached;
   r.device = row.device;
   r.settings = row.settings;
   return r;
@@ -330,6 +344,18 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     EXPECT_TRUE(half && size[0] <= plan::kMaxSkinnyHalfRows &&
                                 device.major >= 8 && s != &kCublas);
                   }
+                  const bool pairs = r == Route::kSkinny3xFp16 || r == Route::kSkinny3xFp16Fused;
+                  if (pairs) {
+                    EXPECT_TRUE(dtype == f32 && size[0] <= plan::kMaxSkinnyPairRows &&
+                                device.major >= 8 && s->fp32_gemm == plan::Fp32GemmSetting::kAuto &&
+                                precision != bf16x);
+                    EXPECT_EQ(p.fallback, size[0] <= plan::kMaxSkinnyRows ? Route::kSkinny
+                                          : precision == tf32 && op != k98 ? Route::kTf32
+                                                                            : Route::kSgemm);
+                  }
+                  if (r == Route::kSkinny3xFp16Fused) {
+                    EXPECT_TRUE(fusable && (op == k62 || op == k39));
+                  }
                   if (r == Route::kSkinnyHalfFused) {
                     EXPECT_TRUE((op == k62 || op == k39) && fusable && num == acc);
                   }
@@ -351,7 +377,7 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                   if (dtype == f32 && precision == tf32) {
                     // Model 98 never runs TF32 on its pooled weight (planner.cpp).
                     const bool exact98 = op == k98 && r != Route::kTf32;
-                    EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny ||
+                    EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny || pairs ||
                                 r == Route::kFp16x1 || r == Route::kFp16x1Fused || exact98);
                   }
                   if (r == Route::kFp16x1 || r == Route::kFp16x1Fused) {
@@ -363,7 +389,7 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     EXPECT_TRUE(device.major == 9 && device.sm90_kernels && size[1] % 4 == 0);
                     EXPECT_EQ(p.fallback,
                               precision == tf32 && op != k98 ? Route::kTf32 : Route::kSgemm);
-                  } else {
+                  } else if (!pairs) {
                     EXPECT_EQ(p.fallback, none);
                   }
                   if (r == Route::kSkinny) {

@@ -113,23 +113,50 @@ def main():
     # The skinny-half kernel (at most 16 rows of float16/bfloat16, sm_80+), in eval mode as
     # served: plain (model 98's pooled weight, 10 rows), with model 62's epilogue (groups of 16
     # and of 32 channels) and with model 39's; in_features 264 = 256 + 8 leaves a partial round.
+    # Its float32 form (skinny-3xfp16: fp16 pairs, 3-32 rows) at 5 and 11 rows, with a row the
+    # split's guard sends to the kernel's exact path.
     if torch.cuda.get_device_capability()[0] >= 8:
         for key, init_args in (("98", (264, 50, 5, 2.0)), ("62", (264, 48, 3)),
                                ("62", (264, 96, 3)), ("39", (264, 50, (50,)))):
             prob = PROBLEMS[key]
-            for dtype, batch in ((torch.float16, 3), (torch.bfloat16, 11)):
+            for dtype, batch in ((torch.float16, 3), (torch.bfloat16, 11), (torch.float32, 5),
+                                 (torch.float32, 11)):
                 ref = prob.model(*init_args).cuda().to(dtype).eval()
                 new = prob.model_new(*init_args).cuda().to(dtype).eval()
                 new.load_state_dict(ref.state_dict())
                 x = prob.make_input(batch, init_args, dist="randn", dtype=dtype, device="cuda")
+                tol = 5e-2
+                if dtype == torch.float32:
+                    x[1, :100] *= 2.0 ** 20
+                    x[1, 100:] *= 2.0 ** -20
+                    tol = 1e-4
                 with torch.no_grad():
                     (line,) = fusedops.explain(new, x)
                     out_ref, out_new = ref(x), new(x)
                 torch.cuda.synchronize()
-                ok = "skinny-half" in line and torch.allclose(
-                    out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
-                print(f"{key} {init_args} {dtype} batch {batch} skinny-half: {'ok' if ok else 'MISMATCH ' + line}")
+                ok = "skinny-" in line and torch.allclose(
+                    out_new.double(), out_ref.double(), atol=tol, rtol=tol)
+                print(f"{key} {init_args} {dtype} batch {batch} {line.split(': ')[-1].split(' ')[0]}: "
+                      f"{'ok' if ok else 'MISMATCH ' + line}")
                 failures += not ok
+    # The float32 form's wider blocks, where N gives half the SMs one: 32 rows of W a block at
+    # 9-16 rows of x (two groups of 16 channels a block), 64 at 17-32 (four).
+    if torch.cuda.get_device_capability()[0] >= 8:
+        n = 32 * torch.cuda.get_device_properties(0).multi_processor_count + 16
+        for key, init_args, batch in (("62", (264, n, n // 16), 12), ("62", (264, n, n // 16), 24),
+                                      ("39", (264, n, (n,)), 24)):
+            prob = PROBLEMS[key]
+            ref = prob.model(*init_args).cuda().eval()
+            new = prob.model_new(*init_args).cuda().eval()
+            new.load_state_dict(ref.state_dict())
+            x = prob.make_input(batch, init_args, dist="randn", device="cuda")
+            with torch.no_grad():
+                (line,) = fusedops.explain(new, x)
+                out_ref, out_new = ref(x), new(x)
+            torch.cuda.synchronize()
+            ok = "skinny-3xfp16" in line and torch.allclose(out_new, out_ref, atol=1e-4, rtol=1e-4)
+            print(f"{key} float32 n={n} batch {batch} wide blocks: {'ok' if ok else 'MISMATCH ' + line}")
+            failures += not ok
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")
     b = torch.randn(50, device="cuda")

@@ -62,21 +62,27 @@ def test_39_training_kernel_tiers(batch, momentum):
 @pytest.mark.parametrize("key,init_args", [("39", (1024, 1001, (1001,))), ("62", (1024, 1000, 8)),
                                            ("98", (1024, 1001, 7, 2.0))])
 def test_skinny_batches(key, init_args, batch, dist):
-    """Up to 4 rows of x run fusedops' own skinny GEMM (K a multiple of 4, aligned), 5 rows
-    cuBLAS: each row count, an odd output width (a warp left with one row of W), and x as a
-    contiguous view at an odd storage offset (not 16-byte aligned: cuBLAS again)."""
+    """With the float32 GEMM named (FUSEDOPS_FP32_GEMM=ieee: SGEMM, which is also what the fp16
+    pairs' skinny route falls back to), up to 4 rows of x run fusedops' own float32 skinny GEMM
+    (K a multiple of 4, aligned), 5 rows cuBLAS: each row count, an odd output width (a warp
+    left with one row of W), and x as a contiguous view at an odd storage offset (not 16-byte
+    aligned: cuBLAS again)."""
     ref, new = make_pair(key, init_args, device="cuda")
     if key == "39" and batch == 1:  # training needs two rows (test_model39.py)
         ref.eval()
         new.eval()
     x = make_input((batch, init_args[0]), dist, device="cuda")
-    out, expected, expected64, _ = run_trio(ref, new, x)
-    assert_float32(out, expected, expected64)
-    storage = torch.empty(batch * init_args[0] + 1, device="cuda")
-    x_offset = storage[1:].view(batch, init_args[0]).copy_(x)
-    assert x_offset.is_contiguous() and x_offset.data_ptr() % 16 != 0
-    with torch.no_grad():
-        again = new(x_offset)  # 39 in training: the same batch statistics, the same output
+    with fusedops.settings(FUSEDOPS_FP32_GEMM="ieee"):
+        if key != "98":  # 98's GEMM is on its pooled weight
+            (line,) = fusedops.explain(copy.deepcopy(new), x)
+            assert (": skinny (" in line) == (batch <= 4), line
+        out, expected, expected64, _ = run_trio(ref, new, x)
+        assert_float32(out, expected, expected64)
+        storage = torch.empty(batch * init_args[0] + 1, device="cuda")
+        x_offset = storage[1:].view(batch, init_args[0]).copy_(x)
+        assert x_offset.is_contiguous() and x_offset.data_ptr() % 16 != 0
+        with torch.no_grad():
+            again = new(x_offset)  # 39 in training: the same batch statistics, the same output
     assert_float32(again, expected, expected64)
 
 

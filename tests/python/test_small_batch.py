@@ -1,7 +1,9 @@
 """Small-batch serving (issue 25): every batch size from 1 to 256, in each dtype, for each model
 in eval mode as a server runs it, against the reference in the model's dtype and in float64.
-Below the planner's crossovers the weight-streaming kernels run (float32: `skinny`, at most 4
-rows; float16/bfloat16: `skinny-half`, at most 16 rows); above them the other routes. Sizes are
+Below the planner's crossover (16 rows; float32 32 where N fills the GPU) the weight-streaming
+tensor-core kernel runs (float32: `skinny-3xfp16`, on W's and x's fp16 pairs, after the float32
+`skinny` kernel at 1-2 rows; float16/bfloat16: `skinny-half`), with the operator's epilogue
+inside where it fits (`-fused`); above it the other routes. Sizes are
 odd where the kernels have edges: out_features not a multiple of the 16-row tile, in_features a
 multiple of 8 that leaves a partial 256-wide round, and in_features not a multiple of 8 (no
 skinny-half: cuBLAS)."""
@@ -31,6 +33,9 @@ SIZES = {"18": (1032, 1000), "39": (1032, 1000, (1000,)), "62": (1032, 1000, 8),
          "98": (1032, 1000, 4, 2.0)}
 HALF_ROUTE = {"39": "skinny-half-fused", "62g16": "skinny-half-fused", "62g32": "skinny-half-fused",
               "62g128": "skinny-half-fused"}
+# float32's block holds three sets of accumulators: groups of 128 channels run unfused.
+PAIR_ROUTE = {"39": "skinny-3xfp16-fused", "62g16": "skinny-3xfp16-fused",
+              "62g32": "skinny-3xfp16-fused"}
 ODD_K = {"39": (1001, 1000, (1000,)), "62": (1001, 1000, 8), "98": (1001, 1000, 4, 2.0)}
 MAX_ROWS = 256
 LINEAR = {"98": "matmul", "18": "linear", "39": "gemm", "62": "fc"}
@@ -64,9 +69,13 @@ def test_every_batch_size_matches_the_reference(case, dtype, dist):
     if case == "18" or (case == "98" and dtype == torch.float32):
         return  # 18's GEMM folds away (test_routes.py); 98's float32 one is on its pooled weight
     half = dtype != torch.float32
-    limit, name = (16, HALF_ROUTE.get(case, "skinny-half")) if half else (4, "skinny")
-    for b in (1, 2, limit - 1, limit, limit + 1, 64, MAX_ROWS):
+    limit = 16
+    name = HALF_ROUTE.get(case, "skinny-half") if half else PAIR_ROUTE.get(case, "skinny-3xfp16")
+    for b in (1, 2, 3, limit - 1, limit, limit + 1, 64, MAX_ROWS):
         (line,) = fusedops.explain(new, x[:b])
+        if not half and b <= 2:  # float32's one-launch skinny kernel first (planner.cpp)
+            assert ": skinny (" in line, line
+            continue
         assert (f": {name} (" in line) == (b <= limit), line
 
 
@@ -112,6 +121,73 @@ def test_in_features_not_a_multiple_of_8_takes_cublas(key, dtype):
     new, x = _run_batches(key, ODD_K[key], dtype, "randn", (1, 5, 16))
     (line,) = fusedops.explain(new, x[:1])
     assert ": cublas-half (" in line, line
+
+
+@pytest.mark.parametrize("key", ["39", "62", "98"])
+def test_float32_pairs_take_any_in_features(key):
+    """The float32 form pads K itself (the 3xFP16 engine's split): in_features 1001 too."""
+    new, x = _run_batches(key, ODD_K[key], torch.float32, "randn", (1, 5, 16, 17))
+    if key != "98":  # 98's GEMM is on its pooled weight
+        (line,) = fusedops.explain(new, x[:5])
+        assert ": skinny-3xfp16" in line, line
+
+
+@pytest.mark.parametrize("case", ["39", "62g16", "62g32", "62"])
+def test_float32_pairs_up_to_32_rows_where_n_fills_the_gpu(case):
+    """17-32 rows run 64-row blocks of W where N gives half the SMs one (N >= 32 SMs): the
+    width just past that (not a multiple of 64: a partial last block) for 39 in eval and 62
+    with groups of 16 and 32 (several groups a block) and of 64 (unfused)."""
+    n = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    init_args = {"39": (264, n + 8, (n + 8,)), "62g16": (264, n + 16, (n + 16) // 16),
+                 "62g32": (264, n + 32, (n + 32) // 32), "62": (264, n + 64, (n + 64) // 64)}[case]
+    new, x = _run_batches(case, init_args, torch.float32, "randn", (17, 24, 31, 32, 33))
+    name = PAIR_ROUTE.get(case, "skinny-3xfp16")
+    for b in (17, 32, 33):
+        (line,) = fusedops.explain(new, x[:b])
+        assert (f": {name} (" in line) == (b <= 32), line
+
+
+@pytest.mark.parametrize("case", ["39", "62g16", "62"])
+def test_float32_pairs_recompute_guarded_rows_in_the_kernel(case):
+    """Rows the split cannot carry as fp16 pairs (inf, a row spanning more than 2^30, a scale
+    leaving float32's normal range) are recomputed exactly inside the kernel, before the fused
+    epilogue; a zero row beside them. Against the reference, NaN where it has NaN."""
+    key = case[:2]
+    ref, new = make_pair(key, SIZES[case], device="cuda")
+    ref.eval()
+    new.eval()
+    x = make_input((16, SIZES[case][0]), "randn", device="cuda")
+    x[1, 3] = float("inf")
+    x[2, :500] *= 2.0 ** 20
+    x[2, 500:] *= 2.0 ** -20
+    x[3] *= 2.0 ** -140
+    x[4] = 0.0
+    with torch.no_grad():
+        (line,) = fusedops.explain(new, x)
+        assert ": skinny-3xfp16" in line, line
+        for b in (5, 16):
+            out, expected = new(x[:b]), ref(x[:b])
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", ["39", "62g16"])
+@pytest.mark.parametrize("batch", [2, 9])
+def test_float32_pairs_fall_back_where_the_weight_is_refused(case, batch):
+    """A weight the 3xFP16 range check refuses (a row far below the others: its fp16 pair could
+    not carry it) runs the plan's fallback: the float32 skinny kernel at 2 rows, SGEMM at 9,
+    then the operator's pass."""
+    key = case[:2]
+    ref, new = make_pair(key, SIZES[case], device="cuda")
+    with torch.no_grad():
+        ref.get_submodule(LINEAR[key]).weight[5] *= 2.0 ** -40
+    new.load_state_dict(ref.state_dict())
+    ref.eval()
+    new.eval()
+    ref64 = make_pair(key, SIZES[case], device="cuda", dtype=torch.float64)[0].eval()
+    ref64.load_state_dict(ref.state_dict())
+    x = make_input((batch, SIZES[case][0]), "randn", device="cuda")
+    with torch.no_grad():
+        assert_contract(new(x), ref(x), ref64(x.double()))
 
 
 @pytest.mark.parametrize("case", ["62", "62g16"])

@@ -1,9 +1,9 @@
-// Model 62's epilogue inside the skinny-half kernel (gemv_half_kernel.cuh): a block owns
-// exactly one group of channels (16 x kRowTiles rows of W, group_size == kRows) for every row
-// of x, so the GroupNorm statistics of each (row of x, group) are in its shared-memory tile:
-// bias added, one warp per row of x reduces the group (the mean, then the squared deviations
-// from it), and every channel takes the chain of epilogues/groupnorm_leakyrelu_sum.h. y is
-// never written: one kernel for the whole operator at small batch.
+// Model 62's epilogue inside the skinny-half kernel (gemv_half_kernel.cuh): a block owns whole
+// groups of channels (16 x kRowTiles rows of W, a multiple of group) for every row of x, so the
+// GroupNorm statistics of each (row of x, group) are in its shared-memory tile: bias added, one
+// warp per (row of x, group) reduces the group (the mean, then the squared deviations from it),
+// and every channel takes the chain of epilogues/groupnorm_leakyrelu_sum.h. y is never written:
+// one kernel for the whole operator at small batch.
 #pragma once
 
 #include <cstdint>
@@ -22,40 +22,43 @@ struct SkinnyGroupNormStore {
   const P* beta;
   P* out;
   epilogues::GroupNormLeakyReluSum<float> chain;
+  int group;  // channels a group: kRows is a multiple of it
 
   template <int kRows, int kCols>
   __device__ __forceinline__ void apply(float* tile, int row0, int m, int n, int threads) const {
+    const int groups = kRows / group;
     float* mean = tile + kRows * kCols;  // the second warp's slots: free after the reduction
-    float* rstd = mean + kCols;
+    float* rstd = mean + kCols * groups;
     for (int i = threadIdx.x; i < kRows * kCols; i += threads) {
       const int r = i % kRows;
-      tile[r * kCols + i / kRows] += static_cast<float>(bias[row0 + r]);
+      if (row0 + r < n) tile[r * kCols + i / kRows] += static_cast<float>(bias[row0 + r]);
     }
     __syncthreads();
     const int lane = threadIdx.x % kWarpSize;
-    const float count = static_cast<float>(kRows);
-    for (int c = threadIdx.x / kWarpSize; c < kCols; c += threads / kWarpSize) {
+    const float count = static_cast<float>(group);
+    for (int cg = threadIdx.x / kWarpSize; cg < kCols * groups; cg += threads / kWarpSize) {
+      const int c = cg % kCols, first = cg / kCols * group;
       float s = 0.f;
-      for (int r = lane; r < kRows; r += kWarpSize) s += tile[r * kCols + c];
+      for (int r = first + lane; r < first + group; r += kWarpSize) s += tile[r * kCols + c];
       const float mu = chain.mean(warp_sum(s), count);
       float sq = 0.f;
-      for (int r = lane; r < kRows; r += kWarpSize) {
+      for (int r = first + lane; r < first + group; r += kWarpSize) {
         const float d = tile[r * kCols + c] - mu;
         sq += d * d;
       }
       const float rs = chain.rstd(warp_sum(sq), count);
       if (lane == 0) {
-        mean[c] = mu;
-        rstd[c] = rs;
+        mean[cg] = mu;
+        rstd[cg] = rs;
       }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < kRows * kCols; i += threads) {
       const int r = i % kRows, c = i / kRows;
-      if (c >= m) continue;
-      const int ch = row0 + r;
+      if (c >= m || row0 + r >= n) continue;
+      const int ch = row0 + r, cg = r / group * kCols + c;
       out[static_cast<int64_t>(c) * n + ch] = static_cast<P>(chain.template output<Unrounded>(
-          tile[r * kCols + c] - mean[c], rstd[c], static_cast<float>(gamma[ch]),
+          tile[r * kCols + c] - mean[cg], rstd[cg], static_cast<float>(gamma[ch]),
           static_cast<float>(beta[ch])));
     }
   }

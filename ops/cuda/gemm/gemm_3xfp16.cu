@@ -381,6 +381,14 @@ void with_sizes(int64_t m, int64_t n, int64_t k, F&& f) {
 
 }  // namespace
 
+bool split_pair(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
+                bool cache_folds, SplitPair& out) {
+  Operands ops;
+  if (!split_operands(x, weight, weight_key, cache_folds, Products::kThree, ops)) return false;
+  out = {ops.x_split, ops.w_pair, ops.guard, padded_k(x.size(1))};
+  return true;
+}
+
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& weight_key, bool cache_folds, Products products,
                                Partials3xFp16& out) {

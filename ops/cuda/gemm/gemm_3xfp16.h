@@ -86,4 +86,16 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& weight_key, bool cache_folds, Products products,
                                Partials3xFp16& out);
 
+// x and W split for another engine's kernel (the skinny kernel's float32 form, skinny_half.h):
+// each row two fp16 halves kp (K padded to the engine's K step) apart. Returns false when the
+// weight fails the range check (nothing split).
+struct SplitPair {
+  at::Tensor x_pair;  // (M, 2 kp) fp16: [hi | lo], each row scaled by its own power of two
+  at::Tensor w_pair;  // (N, 2 kp) fp16: [lo | hi], scaled once (W's cached fold)
+  at::Tensor guard;   // the rows' alpha and beta, and the guarded rows (GuardLayout)
+  int64_t kp = 0;
+};
+bool split_pair(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
+                bool cache_folds, SplitPair& out);
+
 }  // namespace fusedops::cuda::gemm

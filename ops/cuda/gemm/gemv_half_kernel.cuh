@@ -15,6 +15,13 @@
 // kernel. Rows of W or x past the end are clamped to the last one (read, never stored); k past
 // the end reads nothing (K a multiple of 8). The block's tile of y, summed in shared memory, is
 // handed to an epilogue (StoreFloatY below, or an operator's: epilogue_groupnorm_skinny.cuh).
+//
+// The float32 form (kPair): x and W as the 3xFP16 engine splits them (gemm_3xfp16.h), each row
+// two fp16 halves kp apart (x [hi | lo] with a scale per row, W [lo | hi] with one scale), and
+// three products: y_r = alpha_r hi.hi + beta_r (hi.lo + lo.hi). The main term is promoted into
+// float registers after every round of kUnroll steps, as the engine's GEMM promotes it per K
+// step. Rows of x the split's guard listed (alpha_r = 0) are recomputed in the block from float32
+// x and W (exact_dot) before the epilogue: the fused epilogues see whole, exact tiles.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +29,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "cuda/gemm/epilogue_3xfp16.cuh"
 
 namespace fusedops::cuda::gemm {
 
@@ -59,46 +68,63 @@ struct StoreFloatY {
   }
 };
 
-// Shared memory of one block: its warps' partial sums.
-template <int kWarps, int kTiles, int kRowTiles>
+// The float32 form's scales and exact operands (kPair); unused otherwise.
+struct PairArgs {
+  const float* alpha = nullptr;  // (m): the rows' main-term scales, 0 for a guarded row
+  const float* beta = nullptr;   // (m): the cross terms' scales
+  const float* x = nullptr;      // float32 x (m, k) and W (n, k): the guarded rows' exact path
+  const float* w = nullptr;
+  int k = 0;
+};
+
+// Shared memory of one block: its warps' partial sums (two sets in the float32 form).
+template <int kWarps, int kTiles, int kRowTiles, bool kPair = false>
 constexpr int gemv_half_smem_bytes() {
-  return kWarps * 16 * kRowTiles * 8 * kTiles * static_cast<int>(sizeof(float));
+  return (kPair ? 2 : 1) * kWarps * 16 * kRowTiles * 8 * kTiles * static_cast<int>(sizeof(float));
 }
 
 // kWarps: warps of a block, splitting K; kTiles: 8-row tiles of x (m <= 8 kTiles);
-// kRowTiles: 16-row tiles of W a block owns; kUnroll: 32-wide k steps a warp has in flight.
-template <typename T, int kWarps, int kTiles, int kRowTiles, int kUnroll, typename Epilogue>
+// kRowTiles: 16-row tiles of W a block owns; kUnroll: 32-wide k steps a warp has in flight;
+// kPair: the float32 form (k is then kp, the pairs' padded K, and rows are 2 kp long).
+template <typename T, int kWarps, int kTiles, int kRowTiles, int kUnroll, bool kPair,
+          typename Epilogue>
 __global__ void __launch_bounds__(32 * kWarps)
 gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n, int k,
-                 Epilogue epilogue) {
-  extern __shared__ float partial[];  // [warp][16 kRowTiles][8 kTiles]
+                 Epilogue epilogue, PairArgs pair) {
+  extern __shared__ float partial[];  // [set][warp][16 kRowTiles][8 kTiles]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * 16 * kRowTiles;
+  const int64_t ld = kPair ? 2 * static_cast<int64_t>(k) : k;  // a row's length
+  // The second half of a row, in 16-byte vectors (kPair: W's hi half, x's lo half).
+  const int second_half = kPair ? k / 8 : 0;
   const uint4* wrow[kRowTiles][2];
 #pragma unroll
   for (int a = 0; a < kRowTiles; ++a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = min(row0 + 16 * a + 8 * h + g, n - 1);
-      wrow[a][h] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row) * k);
+      wrow[a][h] = reinterpret_cast<const uint4*>(w + row * ld);
     }
   }
   const uint4* xrow[kTiles];
 #pragma unroll
   for (int b = 0; b < kTiles; ++b) {
-    xrow[b] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(8 * b + g, m - 1)) * k);
+    xrow[b] = reinterpret_cast<const uint4*>(x + min(8 * b + g, m - 1) * ld);
   }
-  float acc[kRowTiles][kTiles][4] = {};
+  float acc[kRowTiles][kTiles][4] = {};  // the product (kPair: the main term, promoted)
+  constexpr int kCrossTiles = kPair ? kTiles : 1;
+  float cross[kRowTiles][kCrossTiles][4] = {};  // kPair: hi.lo + lo.hi
   constexpr int kRound = kWarps * 32;  // k a block reads per round
   // The loop runs on the warp's first k, the same in every lane: mma.sync is a warp-wide
   // instruction, which must not run on part of a warp. A lane whose own k is past the end
   // loads zeros. (Per-lane k0 < k hung the GPU wherever K left part of a warp's 32-wide step,
   // e.g. in_features 80 or 264.)
+  constexpr int kHalves = kPair ? 2 : 1;  // the W (x) vectors of a step: [lo | hi] ([hi | lo])
   for (int kw = warp * 32; kw < k; kw += kRound * kUnroll) {
     const int k0 = kw + t * 8;
-    uint4 wv[kUnroll][kRowTiles][2];
-    uint4 xv[kUnroll][kTiles];
+    uint4 wv[kUnroll][kRowTiles][2][kHalves];
+    uint4 xv[kUnroll][kTiles][kHalves];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int kk = k0 + u * kRound;
@@ -106,50 +132,113 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
 #pragma unroll
       for (int a = 0; a < kRowTiles; ++a) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wv[u][a][h] = in ? __ldcs(wrow[a][h] + kk / 8) : uint4{};
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int p = 0; p < kHalves; ++p) {
+            wv[u][a][h][p] = in ? __ldcs(wrow[a][h] + p * second_half + kk / 8) : uint4{};
+          }
+        }
       }
 #pragma unroll
-      for (int b = 0; b < kTiles; ++b) xv[u][b] = in ? __ldg(xrow[b] + kk / 8) : uint4{};
+      for (int b = 0; b < kTiles; ++b) {
+#pragma unroll
+        for (int p = 0; p < kHalves; ++p) {
+          xv[u][b][p] = in ? __ldg(xrow[b] + p * second_half + kk / 8) : uint4{};
+        }
+      }
     }
+    [[maybe_unused]] float round_main[kRowTiles][kTiles][4] = {};  // kPair: the round's main term
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int a = 0; a < kRowTiles; ++a) {
-        const uint4& lo = wv[u][a][0];
-        const uint4& hi = wv[u][a][1];
-        const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};  // k slots of step 0: 8-byte half 0
-        const uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};  // step 1: 8-byte half 1
+        // k slots of step 0 (8-byte half 0 of each row's vector) and step 1 (half 1); in the
+        // float32 form p = 0 is W's lo half and p = kHalves - 1 its hi half.
+        uint32_t a0[kHalves][4], a1[kHalves][4];
+#pragma unroll
+        for (int p = 0; p < kHalves; ++p) {
+          const uint4& r0 = wv[u][a][0][p];
+          const uint4& r8 = wv[u][a][1][p];
+          a0[p][0] = r0.x; a0[p][1] = r8.x; a0[p][2] = r0.y; a0[p][3] = r8.y;
+          a1[p][0] = r0.z; a1[p][1] = r8.z; a1[p][2] = r0.w; a1[p][3] = r8.w;
+        }
 #pragma unroll
         for (int b = 0; b < kTiles; ++b) {
-          mma_m16n8k16<T>(acc[a][b], a0, xv[u][b].x, xv[u][b].y);
-          mma_m16n8k16<T>(acc[a][b], a1, xv[u][b].z, xv[u][b].w);
+          const uint4& xh = xv[u][b][0];  // x's hi half (its only one in float16/bfloat16)
+          if constexpr (!kPair) {
+            mma_m16n8k16<T>(acc[a][b], a0[0], xh.x, xh.y);
+            mma_m16n8k16<T>(acc[a][b], a1[0], xh.z, xh.w);
+          } else {
+            mma_m16n8k16<T>(round_main[a][b], a0[1], xh.x, xh.y);  // W hi . x hi
+            mma_m16n8k16<T>(round_main[a][b], a1[1], xh.z, xh.w);
+            const uint4& xl = xv[u][b][1];
+            mma_m16n8k16<T>(cross[a][b], a0[1], xl.x, xl.y);  // W hi . x lo
+            mma_m16n8k16<T>(cross[a][b], a1[1], xl.z, xl.w);
+            mma_m16n8k16<T>(cross[a][b], a0[0], xh.x, xh.y);  // W lo . x hi
+            mma_m16n8k16<T>(cross[a][b], a1[0], xh.z, xh.w);
+          }
+        }
+      }
+    }
+    if constexpr (kPair) {
+#pragma unroll
+      for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+        for (int b = 0; b < kTiles; ++b) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[a][b][e] += round_main[a][b][e];
         }
       }
     }
   }
-  constexpr int kCols = 8 * kTiles, kRows = 16 * kRowTiles;
-  float* mine = partial + warp * kRows * kCols;
+  constexpr int kCols = 8 * kTiles, kRows = 16 * kRowTiles, kTile = kRows * kCols;
 #pragma unroll
-  for (int a = 0; a < kRowTiles; ++a) {
+  for (int set = 0; set < kHalves; ++set) {
+    float* mine = partial + (set * kWarps + warp) * kTile;
 #pragma unroll
-    for (int b = 0; b < kTiles; ++b) {
-      const int r = 16 * a + g, c = 8 * b + 2 * t;
-      mine[r * kCols + c] = acc[a][b][0];
-      mine[r * kCols + c + 1] = acc[a][b][1];
-      mine[(r + 8) * kCols + c] = acc[a][b][2];
-      mine[(r + 8) * kCols + c + 1] = acc[a][b][3];
+    for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+      for (int b = 0; b < kTiles; ++b) {
+        const float* v = set == 0 ? acc[a][b] : cross[a][kPair ? b : 0];
+        const int r = 16 * a + g, c = 8 * b + 2 * t;
+        mine[r * kCols + c] = v[0];
+        mine[r * kCols + c + 1] = v[1];
+        mine[(r + 8) * kCols + c] = v[2];
+        mine[(r + 8) * kCols + c + 1] = v[3];
+      }
     }
   }
   __syncthreads();
   // The warps' sums in warp order, into warp 0's slots (each thread reads and writes only its
-  // own elements), then the epilogue on that tile.
-  for (int i = threadIdx.x; i < kRows * kCols; i += 32 * kWarps) {
+  // own elements); in the float32 form, y from the two terms and the rows' scales.
+  for (int i = threadIdx.x; i < kTile; i += 32 * kWarps) {
     float s = 0.f;
 #pragma unroll
-    for (int v = 0; v < kWarps; ++v) s += partial[v * kRows * kCols + i];
+    for (int v = 0; v < kWarps; ++v) s += partial[v * kTile + i];
+    if constexpr (kPair) {
+      float c = 0.f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) c += partial[(kWarps + v) * kTile + i];
+      const int col = min(i % kCols, m - 1);
+      s = pair.alpha[col] * s + pair.beta[col] * c;
+    }
     partial[i] = s;
   }
   __syncthreads();
+  if constexpr (kPair) {
+    // Guarded rows of x (rare: inf/nan, or a range fp16 pairs cannot carry): their column of
+    // the tile exactly, a warp per row of W. The test is the same in every thread.
+    for (int col = 0; col < m && col < kCols; ++col) {
+      if (pair.alpha[col] != 0.0f) continue;
+      for (int r = warp; r < kRows; r += kWarps) {
+        if (row0 + r >= n) break;
+        const float v = exact_dot(pair.x + static_cast<int64_t>(col) * pair.k,
+                                  pair.w + static_cast<int64_t>(row0 + r) * pair.k, pair.k, lane);
+        if (lane == 0) partial[r * kCols + col] = v;
+      }
+    }
+    __syncthreads();
+  }
   epilogue.template apply<kRows, kCols>(partial, row0, m, n, 32 * kWarps);
 }
 
