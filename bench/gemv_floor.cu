@@ -8,6 +8,9 @@
 //     at m <= 16, and two shapes with more rows per block for 24-64 rows,
 // at n = k = 8192 float16, with L2 emptied by writing 256 MiB (dirty lines the timed call pays to
 // write back) and by reading them (clean lines). Each skinny result is checked against cuBLAS's.
+// `./gemv_floor pair` times instead the kernel's float32 form (W's and x's fp16 pairs, three
+// products: 256 MiB at n = k = 8192) in each block shape at 1-64 rows, against a plain read of
+// those bytes, each shape's y checked against the first's.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iops $(python3 -c "import torch.utils.cpp_extension as c; \
 //     print(' '.join('-I' + p for p in c.include_paths()))") bench/gemv_floor.cu -lcublas \
