@@ -93,7 +93,8 @@ struct Timer {
 
 template <int kWarps, int kTiles, int kRowTiles, int kUnroll>
 void skinny(const __half* x, const __half* w, float* y, int m, int n, int k) {
-  const auto kernel = gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, false, StoreFloatY>;
+  const auto kernel =
+      gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, false, StoreFloatY>;
   constexpr int smem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles>();
   if (smem > 48 * 1024) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

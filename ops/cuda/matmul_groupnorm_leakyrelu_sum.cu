@@ -1,9 +1,9 @@
 // Model 62 on CUDA, a composition: checks, plan (cuda/linear.h), then either a fused route
 // (float16/bfloat16 on Hopper: bias, GroupNorm, LeakyReLU and x2 on the GEMM's float32
-// accumulators, gemm/gemm_half.h; at most 16 rows, any sm_80+, float32 too: the same on the
-// skinny-half kernel's tile, gemm/skinny_half.h; y is never written) or the planned GEMM followed by one pass
-// over y (epilogues/groupnorm_leakyrelu_sum.h). The math is epilogues/groupnorm_leakyrelu_sum.h
-// in both.
+// accumulators, gemm/gemm_half.h; few rows on any sm_80+, float32 too: the same on the
+// skinny-half kernel's tile, gemm/skinny_half.h; y is never written) or the planned GEMM
+// followed by one pass over y (epilogues/groupnorm_leakyrelu_sum.h). The math is
+// epilogues/groupnorm_leakyrelu_sum.h in both.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>

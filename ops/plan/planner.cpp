@@ -178,7 +178,7 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   // n = k = 8192 (H100, L2 emptied by a write; bench/gemv_floor.cu pair) 0.110-0.126 ms at
   // 1-32 rows against 0.0998 for a plain read of those bytes. Per call (bench/
   // serving_latency.py, models 39 and 62, L2 emptied by a read) 0.125-0.159 ms at 4-32 rows
-  // against SGEMM's 0.146-0.288; at 1-2 rows the skinny kernel's one launch measured 6-9%
+  // against SGEMM's 0.146-0.288; at 1-2 rows the skinny kernel's one launch measured 7-10%
   // faster than this route's three (the guard's reset, x's split, the kernel). Above 16 rows
   // its blocks hold 64 rows of W: N must give half the SMs one. Where the user named the
   // float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold is made per call
@@ -187,7 +187,8 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
       r.n >= 32 * static_cast<int64_t>(r.device.sm_count) ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
   const bool skinny_first = few == Route::kSkinny && r.m <= kSkinnyBeforePairRows;
   if (s.fp32_gemm == Fp32GemmSetting::kAuto && !skinny_first && r.folds_cached &&
-      r.m <= pair_rows && r.device.major >= 8 && r.n <= kInt32Max && r.k > 0 && r.k <= kInt32Max / 4) {
+      r.m <= pair_rows && r.device.major >= 8 && r.n <= kInt32Max && r.k > 0 &&
+      r.k <= kInt32Max / 4) {
     const bool fusable = r.epilogue_fusable && (r.op == Op::kGroupNormLeakyRelu ||
                                                 (r.op == Op::kScaleBatchNorm && !r.training));
     return {fusable ? Route::kSkinny3xFp16Fused : Route::kSkinny3xFp16, few,

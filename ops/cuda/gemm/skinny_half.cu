@@ -92,8 +92,6 @@ void with_half_type(const SkinnyOperands& ops, const F& f) {
   }
 }
 
-// An epilogue over 16-row blocks: one 8-row tile of x up to 8 rows (half the MMAs and x
-// loads: 0.0264 against 0.0282 ms for a model 98 call at 8 and 16 rows, H100), else two.
 // The float32 form's shapes (kernel time at n = k = 8192, L2 emptied by a write, H100, against
 // 0.0998 ms for a plain read of W's pair; bench/gemv_floor.cu pair): 1-8 rows 16-row blocks,
 // two steps in flight (0.110-0.113 ms); 9-16 rows 32-row blocks (0.116, against 0.131 and
@@ -125,6 +123,9 @@ void launch_pair(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_cou
   launch<PairOf, 8, 4, 4>(ops, epilogue);  // the planner's rule: n / 64 fills half the SMs
 }
 
+// An epilogue over 16-row blocks: one 8-row tile of x up to 8 rows (half the MMAs and x
+// loads: 0.0264 against 0.0282 ms for a model 98 call at 8 and 16 rows, H100), else two.
+// float32's fp16 pairs: launch_pair's shapes.
 template <typename T, typename Epilogue>
 void launch_16_rows(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_count) {
   if constexpr (std::is_same_v<T, PairOf>) {
