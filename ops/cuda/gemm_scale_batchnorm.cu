@@ -48,8 +48,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   const cuda::PlannedLinear planned =
       cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, per_column, cache_folds,
                         out_dtype != x.scalar_type(), training);
-  const bool skinny_pair = planned.plan.route == plan::Route::kSkinny3xFp16Fused;
-  if (planned.plan.route == plan::Route::kSkinnyHalfFused || skinny_pair) {
+  if (planned.plan.route == plan::Route::kSkinnyHalfFused ||
+      planned.plan.route == plan::Route::kSkinny3xFp16Fused) {
     cuda::gemm::SkinnyOperands ops;
     if (cuda::gemm::skinny_operands(xc, wc, weight, cache_folds, ops)) {
       cuda::gemm::skinny_half_batchnorm_eval(ops, bc, scale, gamma, beta,
@@ -60,20 +60,14 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   }
   cuda::LinearOutput linear;
   std::optional<cuda::TileMoments> tiles;
-  if (skinny_pair) {
-    linear = cuda::run_fallback(planned, xc, wc, bc, weight, cache_folds,
-                                cuda::kWeightRefused3xFp16);
-  } else if (planned.plan.route == plan::Route::kFp16x1Fused) {
+  if (planned.plan.route == plan::Route::kFp16x1Fused) {
     linear.y = at::empty({batch, n}, x.options().dtype(at::kFloat));
     tiles = cuda::make_tile_moments(batch, n, cuda::gemm::kMomentsTileRows, linear.y);
     if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, linear.y, *tiles)) {
       tiles.reset();
-      linear = cuda::run_fallback(planned, xc, wc, bc, weight, cache_folds,
-                                  cuda::kWeightRefused3xFp16);
     }
-  } else {
-    linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
   }
+  if (!tiles) linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
   cuda::BatchNormArgs args{linear.bias_added ? at::Tensor() : bc,
                            scale,
                            gamma,

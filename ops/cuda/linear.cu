@@ -118,7 +118,15 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
 
 LinearOutput run_linear(const PlannedLinear& planned, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& bias, const at::Tensor& weight_key, bool cache_folds) {
-  return run_route(planned.plan.route, planned, x, weight, bias, weight_key, cache_folds);
+  using plan::Route;
+  const Route route = planned.plan.route;
+  const bool fused = route == Route::kSm90HalfFused || route == Route::kSkinnyHalfFused ||
+                     route == Route::kSkinny3xFp16Fused || route == Route::kFp16x3Fused ||
+                     route == Route::kFp16x1Fused;
+  if (fused) {
+    return run_fallback(planned, x, weight, bias, weight_key, cache_folds, kWeightRefused3xFp16);
+  }
+  return run_route(route, planned, x, weight, bias, weight_key, cache_folds);
 }
 
 at::Tensor y_for_epilogue(const LinearOutput& linear, at::ScalarType out_dtype) {

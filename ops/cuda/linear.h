@@ -26,7 +26,9 @@ PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& we
                           Numerics numerics, bool epilogue_fusable, bool cache_folds,
                           bool autocast_form = false, bool training = false);
 
-// y of an unfused route. x and weight contiguous, one dtype, on the current device;
+// y of an unfused route; of a fused route, its fallback: the operator ran the fused route
+// itself and gets here only where its engine refused the data (the 3xFP16 weight check).
+// x and weight contiguous, one dtype, on the current device;
 // weight_key: the caller's weight tensor, which owns the engines' cached folds of it (weight
 // may be its contiguous copy). bias is added only by the eager route (kAtenLinear: y exactly
 // as the reference's nn.Linear writes it, bias included); `bias_added` says so.

@@ -40,9 +40,8 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   const bool fusable = pooled_weight.size(0) % 4 == 0;
   const cuda::PlannedLinear planned = cuda::plan_linear(plan::Op::kAvgPoolGeluScaleMax, xc,
                                                         pooled_weight, mode, fusable, cache_folds);
-  const bool fused = planned.plan.route == plan::Route::kFp16x3Fused ||
-                     planned.plan.route == plan::Route::kFp16x1Fused;
-  if (fused) {
+  if (planned.plan.route == plan::Route::kFp16x3Fused ||
+      planned.plan.route == plan::Route::kFp16x1Fused) {
     const auto products = planned.plan.route == plan::Route::kFp16x1Fused
                               ? cuda::gemm::Products::kOne
                               : cuda::gemm::Products::kThree;
@@ -54,11 +53,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
     }
   }
   const at::Tensor p =
-      (fused ? cuda::run_fallback(planned, xc, pooled_weight, at::Tensor(), pooled_weight,
-                                  cache_folds, cuda::kWeightRefused3xFp16)
-             : cuda::run_linear(planned, xc, pooled_weight, at::Tensor(), pooled_weight,
-                                cache_folds))
-          .y;
+      cuda::run_linear(planned, xc, pooled_weight, at::Tensor(), pooled_weight, cache_folds).y;
   cuda::gelu_scale_max_pass(p, args, out);
   return out;
 }

@@ -75,8 +75,8 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
     run_fused(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, out);
     return out;
   }
-  const bool skinny_pair = planned.plan.route == plan::Route::kSkinny3xFp16Fused;
-  if (planned.plan.route == plan::Route::kSkinnyHalfFused || skinny_pair) {
+  if (planned.plan.route == plan::Route::kSkinnyHalfFused ||
+      planned.plan.route == plan::Route::kSkinny3xFp16Fused) {
     cuda::gemm::SkinnyOperands ops;
     if (cuda::gemm::skinny_operands(xc, wc, weight, cache_folds, ops)) {
       cuda::gemm::skinny_half_groupnorm(ops, bc, group_size, gamma, beta, eps, negative_slope,
@@ -84,10 +84,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
       return out;
     }
   }
-  const cuda::LinearOutput linear =
-      skinny_pair ? cuda::run_fallback(planned, xc, wc, bc, weight, cache_folds,
-                                       cuda::kWeightRefused3xFp16)
-                  : cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
   // Eager (float16/bfloat16 results): the reference's roundings of the GroupNorm and LeakyReLU
   // outputs.
   cuda::groupnorm_leakyrelu_sum_pass(cuda::y_for_epilogue(linear, out_dtype),

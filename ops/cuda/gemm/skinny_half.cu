@@ -81,7 +81,7 @@ void check_operands(const SkinnyOperands& ops) {
 
 // The kernel's element type: the half type, or PairOf for float32's fp16 pairs.
 template <typename F>
-void with_half_type(const SkinnyOperands& ops, const F& f) {
+void with_kernel_type(const SkinnyOperands& ops, const F& f) {
   const at::ScalarType t = ops.x.scalar_type();
   if (t == at::kHalf) {
     f(__half{});
@@ -172,7 +172,7 @@ bool skinny_operands(const at::Tensor& x, const at::Tensor& weight, const at::Te
 void skinny_half_linear(const SkinnyOperands& ops, at::Tensor& y, int sm_count) {
   check_operands(ops);
   const StoreFloatY store{y.data_ptr<float>()};
-  with_half_type(ops, [&](auto t) {
+  with_kernel_type(ops, [&](auto t) {
     using T = decltype(t);
     launch_16_rows<T>(ops, store, sm_count);
   });
@@ -186,7 +186,7 @@ void skinny_half_groupnorm(const SkinnyOperands& ops, const at::Tensor& bias, in
                         ops.weight.size(0) % group_size == 0);
   const epilogues::GroupNormLeakyReluSum<float> chain{static_cast<float>(eps),
                                                       static_cast<float>(negative_slope)};
-  with_half_type(ops, [&](auto t) {
+  with_kernel_type(ops, [&](auto t) {
     using T = decltype(t);
     const auto run = [&](auto p) {
       using P = decltype(p);
@@ -217,7 +217,7 @@ void skinny_half_batchnorm_eval(const SkinnyOperands& ops, const at::Tensor& bia
                                 int sm_count) {
   check_operands(ops);
   TORCH_INTERNAL_ASSERT(scale.dim() == 1 && scale.size(0) == ops.weight.size(0));
-  with_half_type(ops, [&](auto t) {
+  with_kernel_type(ops, [&](auto t) {
     using T = decltype(t);
     with_params_type<T>(out, [&](auto p) {
       using P = decltype(p);
