@@ -24,14 +24,21 @@ SMALL = {"18": (64, 48), "39": (64, 48, (48,)), "62": (64, 48, 6), "98": (64, 48
 def test_settings_block_sets_and_restores_the_environment(monkeypatch):
     monkeypatch.setenv("FUSEDOPS_HALF_GEMM", "cublas")
     monkeypatch.delenv("FUSEDOPS_FP32_GEMM", raising=False)
-    with fusedops.settings(FUSEDOPS_HALF_GEMM="fused", FUSEDOPS_FP32_GEMM="ieee"):
-        assert os.environ["FUSEDOPS_HALF_GEMM"] == "fused"
-        assert os.environ["FUSEDOPS_FP32_GEMM"] == "ieee"
-    assert os.environ["FUSEDOPS_HALF_GEMM"] == "cublas"
-    assert "FUSEDOPS_FP32_GEMM" not in os.environ
-    with pytest.raises(ValueError, match="HALF_GEMM is not a FUSEDOPS_\\* setting"):
-        with fusedops.settings(HALF_GEMM="fused"):
-            pass
+    try:
+        with fusedops.settings(FUSEDOPS_HALF_GEMM="fused", FUSEDOPS_FP32_GEMM="ieee"):
+            assert os.environ["FUSEDOPS_HALF_GEMM"] == "fused"
+            assert os.environ["FUSEDOPS_FP32_GEMM"] == "ieee"
+        assert os.environ["FUSEDOPS_HALF_GEMM"] == "cublas"
+        assert "FUSEDOPS_FP32_GEMM" not in os.environ
+        with pytest.raises(ValueError, match="HALF_GEMM is not a FUSEDOPS_\\* setting"):
+            with fusedops.settings(HALF_GEMM="fused"):
+                pass
+    finally:
+        # The block's exit read FUSEDOPS_HALF_GEMM=cublas into the process's settings; the
+        # environment's own value comes back with it, or later tests in this process (one
+        # pytest-xdist worker) would plan with cublas.
+        monkeypatch.undo()
+        fusedops.reload_settings()
 
 
 def test_cpu_kernels_plan_no_gemm():
