@@ -100,6 +100,18 @@ bool large_for_fp16_engine(const GemmRequest& r) {
   return r.m >= kMin3xFp16Rows && flop >= kMin3xFp16Flop;
 }
 
+// float32-exact from 65 rows, where W's fold outlives the call: one Python call of models 39
+// and 62 at n = k = 8192 (H100, L2 emptied by a read; docs/PERFORMANCE.md, issue 25) took
+// 0.239-0.259 ms on this engine at 96 rows against SGEMM's 0.386-0.419 (cuBLAS changes tiles
+// between 64 and 96 rows), and the same as SGEMM at 33-64 rows (0.231-0.290 against
+// 0.238-0.305). Where the fold is made per call (a pass over W and a host sync), 128 rows.
+bool large_for_fp16_engine_exact(const GemmRequest& r) {
+  if (large_for_fp16_engine(r)) return true;
+  const double flop = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) *
+                      static_cast<double>(r.k);
+  return r.folds_cached && r.m >= kMin3xFp16CachedRows && flop >= kMin3xFp16Flop;
+}
+
 // float32 at full precision (the exact-float32 contract).
 Plan plan_fp32_exact(const GemmRequest& r, const Settings& s) {
   const char* no_3xfp16 = why_not_3xfp16(r);
@@ -117,7 +129,7 @@ Plan plan_fp32_exact(const GemmRequest& r, const Settings& s) {
     case Fp32GemmSetting::kAuto:
       break;
   }
-  if (large_for_fp16_engine(r) && no_3xfp16 == nullptr) {
+  if (large_for_fp16_engine_exact(r) && no_3xfp16 == nullptr) {
     return {Route::kFp16x3, Route::kSgemm, "float32-accurate on Hopper, large enough for 3xFP16"};
   }
   // 3xTF32 reads W twice and needs enough output tiles to fill the GPU: below these sizes
@@ -179,13 +191,16 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   // 1-32 rows against 0.0998 for a plain read of those bytes. Per call (bench/
   // serving_latency.py, models 39 and 62, L2 emptied by a read) 0.125-0.159 ms at 4-32 rows
   // against SGEMM's 0.146-0.288; at 1-2 rows the skinny kernel's one launch measured 7-10%
-  // faster than this route's three (the guard's reset, x's split, the kernel). Above 16 rows
-  // its blocks hold 64 rows of W: N must give half the SMs one. Where the user named the
-  // float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold is made per call
-  // (training), SGEMM.
-  const int64_t pair_rows =
-      r.n >= 32 * static_cast<int64_t>(r.device.sm_count) ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
-  const bool skinny_first = few == Route::kSkinny && r.m <= kSkinnyBeforePairRows;
+  // faster than this route's three (the guard's reset, x's split, the kernel), and at 3-4 rows
+  // too where N is under 32 x SMs (W narrow: the skinny kernel splits K between warps, and
+  // launches count more than bytes): model 98's pooled weight (512 x 8192, warm L2) took
+  // 0.028 ms a call on the skinny kernel against 0.039 on this route. Above 16 rows its blocks
+  // hold 64 rows of W: N must give half the SMs one. Where the user named the float32 GEMM
+  // (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold is made per call (training), SGEMM.
+  const bool wide = r.n >= 32 * static_cast<int64_t>(r.device.sm_count);
+  const int64_t pair_rows = wide ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
+  const bool skinny_first =
+      few == Route::kSkinny && r.m <= (wide ? kSkinnyBeforePairRows : kMaxSkinnyRows);
   if (s.fp32_gemm == Fp32GemmSetting::kAuto && !skinny_first && r.folds_cached &&
       r.m <= pair_rows && r.device.major >= 8 && r.n <= kInt32Max && r.k > 0 &&
       r.k <= kInt32Max / 4) {

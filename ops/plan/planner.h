@@ -83,8 +83,9 @@ Plan plan_gemm(const GemmRequest& request);
 inline constexpr int64_t kMaxSkinnyRows = 4;
 inline constexpr int64_t kMaxSkinnyHalfRows = 16;
 inline constexpr int64_t kMaxSkinnyPairRows = 32;  // float32, where N >= 32 SMs (else 16)
-inline constexpr int64_t kSkinnyBeforePairRows = 2;  // float32: the skinny kernel first
+inline constexpr int64_t kSkinnyBeforePairRows = 2;  // float32, N >= 32 SMs: skinny first
 inline constexpr int64_t kMin3xFp16Rows = 128;
+inline constexpr int64_t kMin3xFp16CachedRows = 65;  // float32-exact, W's fold cached
 inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30
 inline constexpr int64_t kMin3xTf32Rows = 128;
 inline constexpr int64_t kMin3xTf32Cols = 2048;

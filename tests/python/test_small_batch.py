@@ -2,9 +2,9 @@
 in eval mode as a server runs it, against the reference in the model's dtype and in float64.
 Below the planner's crossover (16 rows; float32 32 where N fills the GPU) the weight-streaming
 tensor-core kernel runs (float32: `skinny-3xfp16`, on W's and x's fp16 pairs, after the float32
-`skinny` kernel at 1-2 rows; float16/bfloat16: `skinny-half`), with the operator's epilogue
-inside where it fits (`-fused`); above it the other routes. Sizes are
-odd where the kernels have edges: out_features not a multiple of the 16-row tile, in_features a
+`skinny` kernel at 1-2 rows, 1-4 where N is narrow; float16/bfloat16: `skinny-half`), with the
+operator's epilogue inside where it fits (`-fused`); above it the other routes. Sizes are odd
+where the kernels have edges: out_features not a multiple of the 16-row tile, in_features a
 multiple of 8 that leaves a partial 256-wide round, and in_features not a multiple of 8 (no
 skinny-half: cuBLAS)."""
 import copy
@@ -71,9 +71,13 @@ def test_every_batch_size_matches_the_reference(case, dtype, dist):
     half = dtype != torch.float32
     limit = 16
     name = HALF_ROUTE.get(case, "skinny-half") if half else PAIR_ROUTE.get(case, "skinny-3xfp16")
-    for b in (1, 2, 3, limit - 1, limit, limit + 1, 64, MAX_ROWS):
+    # float32's one-launch skinny kernel first (planner.cpp): at 1-2 rows, and at 3-4 where N is
+    # under 32 x SMs (these widths: W narrow, the kernel splits K).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    skinny_rows = 4 if SIZES[case][1] < 32 * sms else 2
+    for b in (1, 2, 3, 4, 5, limit - 1, limit, limit + 1, 64, MAX_ROWS):
         (line,) = fusedops.explain(new, x[:b])
-        if not half and b <= 2:  # float32's one-launch skinny kernel first (planner.cpp)
+        if not half and b <= skinny_rows:
             assert ": skinny (" in line, line
             continue
         assert (f": {name} (" in line) == (b <= limit), line
@@ -168,6 +172,35 @@ def test_float32_pairs_recompute_guarded_rows_in_the_kernel(case):
         for b in (5, 16):
             out, expected = new(x[:b]), ref(x[:b])
             torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability() != (9, 0),
+                    reason="the 3xFP16 engine needs sm_90")
+@pytest.mark.parametrize("case", ["39", "62"])
+def test_float32_from_65_rows_runs_the_3xfp16_engine_where_the_fold_is_cached(case):
+    """65-127 rows of float32 run the 3xFP16 engine where W's fold outlives the call (eval, no
+    gradients: planner.cpp), SGEMM at 64 rows and where the fold would be made per call
+    (gradients to the weights); 2^30 FLOP and more (65 x 4104 x 2056 with 2 x 65 x 4104 x 2056
+    = 1.1e9; in_features not a multiple of the 64-wide K step, out_features of a partial tile)."""
+    init_args = {"39": (2056, 4104, (4104,)), "62": (2056, 4104, 4104 // 8)}[case]
+    new, x = _run_batches(case, init_args, torch.float32, "randn", (64, 65, 100, 127))
+    for b, route in ((64, "sgemm"), (65, "3xfp16"), (127, "3xfp16")):
+        (line,) = fusedops.explain(new, x[:b])
+        assert f": {route} (" in line, line
+    # With gradients to the weights (fusedops.explain runs under no_grad: recorded directly).
+    ref = make_pair(case, init_args, device="cuda")[0]
+    ref.load_state_dict(new.state_dict())
+    torch.ops.fusedops.record_routes(True)
+    try:
+        out = new(x[:100])
+    finally:
+        torch.ops.fusedops.record_routes(False)
+    (line,) = torch.ops.fusedops.routes_taken()
+    assert ": sgemm (" in line, line
+    ref64 = make_pair(case, init_args, device="cuda", dtype=torch.float64)[0]
+    ref64.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        assert_contract(out.detach(), ref.eval()(x[:100]), ref64.eval()(x[:100].double()))
 
 
 @pytest.mark.parametrize("case", ["39", "62g16"])
