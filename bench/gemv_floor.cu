@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
                                           timer.sink);
     });
     std::printf("read of W    %.4f (%.0f)\n", read, gbs(read));
-    for (const int m : {1, 8, 16, 24, 32, 64}) {
+    for (const int m : {1, 8, 16, 17, 24, 32, 48, 64}) {
       const float one = 1.f, zero = 0.f;
       const auto cublas = [&] {
         cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16F, k, x,
@@ -252,9 +252,20 @@ int main(int argc, char** argv) {
       // skinny_half.cu's choice at this n (512 blocks of 16 rows: 8 warps, 4 steps in flight).
       if (m <= 8) run("skinny", [&] { skinny<8, 1, 1, 4>(x, w, y, m, n, k); });
       else if (m <= 16) run("skinny", [&] { skinny<8, 2, 1, 4>(x, w, y, m, n, k); });
-      // More rows of W per block, fewer re-reads of x through L2 (not shipped: see the log).
-      if (m > 16 && m <= 32) run("32 rows x 16 warps", [&] { skinny<16, 4, 2, 1>(x, w, y, m, n, k); });
-      if (m > 32) run("64 rows x 8 warps", [&] { skinny<8, 8, 4, 1>(x, w, y, m, n, k); });
+      // More rows of W per block, fewer re-reads of x through L2.
+      if (m > 16 && m <= 32) {
+        run("32r x 16w u1", [&] { skinny<16, 4, 2, 1>(x, w, y, m, n, k); });
+        run("32r x 8w u2", [&] { skinny<8, 4, 2, 2>(x, w, y, m, n, k); });
+        run("64r x 8w u1", [&] { skinny<8, 4, 4, 1>(x, w, y, m, n, k); });
+        run("64r x 8w u2", [&] { skinny<8, 4, 4, 2>(x, w, y, m, n, k); });
+        run("128r x 8w u1", [&] { skinny<8, 4, 8, 1>(x, w, y, m, n, k); });
+      }
+      if (m > 32) {
+        run("32r x 8w u1", [&] { skinny<8, 8, 2, 1>(x, w, y, m, n, k); });
+        run("32r x 8w u2", [&] { skinny<8, 8, 2, 2>(x, w, y, m, n, k); });
+        run("64r x 8w u1", [&] { skinny<8, 8, 4, 1>(x, w, y, m, n, k); });
+        run("64r x 4w u1", [&] { skinny<4, 8, 4, 1>(x, w, y, m, n, k); });
+      }
       std::printf("\n");
     }
   }

@@ -83,7 +83,9 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
     case Route::kSgemm: gemm::cublas_linear(x, weight, y, gemm::CublasMath::kIeee); break;
     case Route::kBf16x: gemm::cublas_linear(x, weight, y, gemm::CublasMath::kFastBf16); break;
     case Route::kTf32: gemm::aten_tf32_linear(x, weight, y); break;
-    case Route::kSkinny: gemm::skinny_linear(x, weight, y); break;
+    case Route::kSkinny:
+      gemm::skinny_linear(x, weight, y, planned.request.device.sm_count);
+      break;
     case Route::kSkinnyHalf:
     case Route::kSkinny3xFp16: {
       gemm::SkinnyOperands ops;

@@ -58,6 +58,25 @@ def main():
                                          atol=tol, rtol=tol)
                 print(f"{key} {init_args} {dtype} batch {batch}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
+    # The float32 skinny kernel (1-4 rows, SGEMM named) in each of its K splits: 1, 2, 4 and 8
+    # warps a pair of W's rows, odd widths (a warp left with one row, a partial block).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    with fusedops.settings(FUSEDOPS_FP32_GEMM="ieee"):
+        for n in (32 * sms + 1, 16 * sms + 1, 8 * sms + 1, 51):
+            prob = PROBLEMS["39"]
+            ref = prob.model(132, n, (n,)).cuda().eval()
+            new = prob.model_new(132, n, (n,)).cuda().eval()
+            new.load_state_dict(ref.state_dict())
+            x = torch.randn(4, 132, device="cuda")
+            ok = True
+            with torch.no_grad():
+                for batch in (1, 3, 4):
+                    (line,) = fusedops.explain(new, x[:batch])
+                    ok &= ": skinny (" in line and torch.allclose(
+                        new(x[:batch]), ref(x[:batch]), atol=1e-4, rtol=1e-4)
+            torch.cuda.synchronize()
+            print(f"39 eval skinny float32 132x{n}: {'ok' if ok else 'MISMATCH'}")
+            failures += not ok
     # The 3xFP16 engine (Hopper), forced at small sizes: model 39 with split-K active (two
     # output tiles) and without; model 98, whose fused epilogue sums the K-slices itself (pooled
     # width 52, odd K, a pool leaving rows over). Rows the range guard sends to the exact path

@@ -86,6 +86,29 @@ def test_skinny_batches(key, init_args, batch, dist):
     assert_float32(again, expected, expected64)
 
 
+@pytest.mark.parametrize("split", [1, 2, 4, 8])
+def test_skinny_splits_k_where_few_rows_of_w_would_leave_sms_idle(split):
+    """The float32 skinny kernel gives a pair of W's rows 1, 2, 4 or 8 warps splitting K (their
+    sums added in warp order), the fewest that make two blocks per SM (ops/cuda/gemm/skinny.cu;
+    model 98's pooled weight takes 8): an output width for each, odd (a warp left with one row,
+    a partial block), at 1-4 rows of x, against the reference in float32 and float64."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n = {1: 32 * sms + 1, 2: 16 * sms + 1, 4: 8 * sms + 1, 8: 4 * sms - 3}[split]
+    init_args = (1028, n, (n,))
+    ref, new = make_pair("39", init_args, device="cuda")
+    ref.eval()
+    new.eval()
+    ref64 = make_pair("39", init_args, device="cuda", dtype=torch.float64)[0].eval()
+    ref64.load_state_dict(ref.state_dict())
+    for dist in ("rand", "randn"):
+        x = make_input((4, 1028), dist, device="cuda")
+        with fusedops.settings(FUSEDOPS_FP32_GEMM="ieee"), torch.no_grad():
+            for batch in (1, 2, 3, 4):
+                (line,) = fusedops.explain(new, x[:batch])
+                assert ": skinny (" in line, line
+                assert_float32(new(x[:batch]), ref(x[:batch]), ref64(x[:batch].double()))
+
+
 @pytest.mark.multi_gpu
 @pytest.mark.parametrize("key", KEYS)
 def test_second_gpu(key):
