@@ -90,14 +90,16 @@ const char* why_not_sm90_half(const GemmRequest& r) {
   return nullptr;
 }
 
+double gemm_flop(const GemmRequest& r) {
+  return 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) * static_cast<double>(r.k);
+}
+
 // The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times and launches five
 // kernels: it measured faster than SGEMM and 3xTF32 at batch 1024 for all three models
 // (model 98's N = 512 included, split over K; docs/PERFORMANCE.md). Few rows make the GEMM a
 // read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the others run.
 bool large_for_fp16_engine(const GemmRequest& r) {
-  const double flop = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) *
-                      static_cast<double>(r.k);
-  return r.m >= kMin3xFp16Rows && flop >= kMin3xFp16Flop;
+  return r.m >= kMin3xFp16Rows && gemm_flop(r) >= kMin3xFp16Flop;
 }
 
 // float32-exact from 65 rows, where W's fold outlives the call: one Python call of models 39
@@ -106,10 +108,8 @@ bool large_for_fp16_engine(const GemmRequest& r) {
 // between 64 and 96 rows), and the same as SGEMM at 33-64 rows (0.231-0.290 against
 // 0.238-0.305). Where the fold is made per call (a pass over W and a host sync), 128 rows.
 bool large_for_fp16_engine_exact(const GemmRequest& r) {
-  if (large_for_fp16_engine(r)) return true;
-  const double flop = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) *
-                      static_cast<double>(r.k);
-  return r.folds_cached && r.m >= kMin3xFp16CachedRows && flop >= kMin3xFp16Flop;
+  return r.m >= (r.folds_cached ? kMin3xFp16CachedRows : kMin3xFp16Rows) &&
+         gemm_flop(r) >= kMin3xFp16Flop;
 }
 
 // float32 at full precision (the exact-float32 contract).
