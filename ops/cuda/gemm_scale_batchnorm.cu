@@ -2,9 +2,10 @@
 // z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h);
 // in eval mode at small batch all of it in one kernel (skinny-half-fused, or skinny-3xfp16-fused
 // in float32: gemm/skinny_half.h);
-// in training with TF32 allowed at large batch, the statistics' moments from the GEMM's
-// epilogue (1xfp16-fused, gemm/gemm_3xfp16.h).
+// in training at large batch, the statistics' moments from the GEMM's epilogue (TF32 allowed:
+// 1xfp16-fused, gemm/gemm_3xfp16.h; float16/bfloat16: sm90-half-fused, gemm/gemm_half.h).
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -14,11 +15,26 @@
 #include "common/numerics.h"
 #include "cuda/epilogues/batchnorm.h"
 #include "cuda/gemm/gemm_3xfp16.h"
+#include "cuda/gemm/gemm_half.h"
 #include "cuda/gemm/skinny_half.h"
 #include "cuda/linear.h"
 
 namespace fusedops {
 namespace {
+
+// y = x W^T (float32) and its column moments by tiles, from the Hopper half GEMM's epilogue.
+void run_half_moments(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y,
+                      cuda::TileMoments& tiles) {
+  const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
+  const cuda::gemm::Fp16GemmShape shape{static_cast<int>(m), static_cast<int>(n),
+                                        static_cast<int>(k), 1, k, k, 0, 0};
+  const auto type = x.scalar_type() == at::kHalf ? cuda::gemm::HalfType::kFloat16
+                                                 : cuda::gemm::HalfType::kBFloat16;
+  cuda::gemm::half_moments_gemm_sm90(type, shape, x.data_ptr(), weight.data_ptr(),
+                                     y.data_ptr<float>(), tiles.mean.data_ptr<float>(),
+                                     tiles.m2.data_ptr<float>(), at::cuda::getCurrentCUDAStream());
+  tiles.written = true;
+}
 
 at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weight,
                                      const at::Tensor& bias, const at::Tensor& scale,
@@ -60,10 +76,14 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   }
   cuda::LinearOutput linear;
   std::optional<cuda::TileMoments> tiles;
-  if (planned.plan.route == plan::Route::kFp16x1Fused) {
+  if (planned.plan.route == plan::Route::kFp16x1Fused ||
+      planned.plan.route == plan::Route::kSm90HalfFused) {
     linear.y = at::empty({batch, n}, x.options().dtype(at::kFloat));
     tiles = cuda::make_tile_moments(batch, n, cuda::gemm::kMomentsTileRows, linear.y);
-    if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, linear.y, *tiles)) {
+    if (planned.plan.route == plan::Route::kSm90HalfFused) {
+      run_half_moments(xc, wc, linear.y, *tiles);
+    } else if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, linear.y,
+                                                     *tiles)) {
       tiles.reset();
     }
   }

@@ -230,9 +230,13 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
     return {Route::kCublasHalf, Route::kNone, "FUSEDOPS_HALF_GEMM=cublas"};
   }
   const bool accurate = r.numerics == Numerics::kAccurate;
-  // The Hopper half GEMM's epilogue: model 62, "accurate" (its whole chain on the float32
-  // accumulators).
-  const bool sm90_fusable = r.op == Op::kGroupNormLeakyRelu && accurate;
+  // The Hopper half GEMM's epilogues, "accurate": model 62's whole chain on the float32
+  // accumulators; model 39's column moments in training, where its batch is more than the
+  // one-read BatchNorm kernel holds (the statistics would take a pass over y of their own: at
+  // 16384 x 4096 a 256 MiB read), N a multiple of 4 (the moments epilogue's column pairs).
+  const bool moments = r.op == Op::kScaleBatchNorm && r.training && r.epilogue_fusable &&
+                       r.m > kMaxBatchNormResidentRows && r.n % 4 == 0;
+  const bool sm90_fusable = accurate && (r.op == Op::kGroupNormLeakyRelu || moments);
   // The skinny-half kernel's epilogues: model 62's, and model 39's in eval mode (a per-column
   // affine map).
   const bool skinny_fusable =
@@ -267,10 +271,16 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   if (why_not != nullptr) {
     return {Route::kCublasHalf, Route::kNone, "the fused half-precision GEMM cannot run here"};
   }
-  // Fewer output tiles than SMs would leave SMs idle, where cuBLAS splits K.
-  const int64_t tiles = ceil_div(r.m, cuda::gemm::kHalfTileM) * ceil_div(r.n, cuda::gemm::kHalfTileN);
+  // Fewer output tiles than SMs would leave SMs idle, where cuBLAS splits K. (Model 39's
+  // moments run the 128 x 256 tile.)
+  const int64_t tile_n = moments ? cuda::gemm::kCrossTileN : cuda::gemm::kHalfTileN;
+  const int64_t tiles = ceil_div(r.m, cuda::gemm::kHalfTileM) * ceil_div(r.n, tile_n);
   if (tiles < r.device.sm_count) {
     return {Route::kCublasHalf, Route::kNone, "too few output tiles to fill the GPU fused"};
+  }
+  if (moments) {
+    return {Route::kSm90HalfFused, Route::kNone,
+            "training: the column moments in the Hopper half GEMM's epilogue"};
   }
   return {Route::kSm90HalfFused, Route::kNone, "epilogue fused into the Hopper half GEMM"};
 }

@@ -162,6 +162,17 @@ const std::vector<Row> kTable = {
     {"62 f32 ignores FUSEDOPS_HALF_GEMM", k62, f32, acc, ieee, &kFused, kA100, 1024, 8192, 8192, true, true, Route::kTf32x3, none},
     {"39 f16: no fused epilogue", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kCublasHalf, none},
     {"39 bf16 eager", k39, bf16, eager, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kAtenLinear, none},
+    // float16/bfloat16: model 39's column moments in training, above the one-read kernel's rows.
+    {"39 f16 training, 16384 rows: moments in the half GEMM", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kSm90HalfFused, none, true},
+    {"39 bf16 training, 1025 rows: moments in the half GEMM", k39, bf16, acc, ieee, &kAuto, kH100, 1025, 4096, 4096, true, true, Route::kSm90HalfFused, none, true},
+    {"39 f16 training, 1024 rows: the one-read BatchNorm kernel", k39, f16, acc, ieee, &kAuto, kH100, 1024, 4096, 4096, true, true, Route::kCublasHalf, none, true},
+    {"39 f16 training, N not a multiple of 4", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4094, 4096, true, true, Route::kCublasHalf, none, true},
+    {"39 f16 training, a scale not per column", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, false, Route::kCublasHalf, none, true},
+    {"39 f16 training, 9 x 1 tiles of 128 x 256: cuBLAS", k39, f16, acc, ieee, &kAuto, kH100, 1025, 256, 4096, true, true, Route::kCublasHalf, none, true},
+    {"39 f16 training on A100", k39, f16, acc, ieee, &kAuto, kA100, 16384, 4096, 4096, true, true, Route::kCublasHalf, none, true},
+    {"39 f16 training, eager", k39, f16, eager, ieee, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kAtenLinear, none, true},
+    {"39 bf16 training, FUSEDOPS_HALF_GEMM=cublas", k39, bf16, acc, ieee, &kCublas, kH100, 16384, 4096, 4096, true, true, Route::kCublasHalf, none, true},
+    {"39 f16 eval, 16384 rows: no moments", k39, f16, acc, ieee, &kAuto, kH100, 16384, 4096, 4096, true, true, Route::kCublasHalf, none},
     // float16/bfloat16 at small batch: the skinny-half kernel up to the measured crossover.
     {"62 f16 16 rows: skinny-half, fused", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"62 bf16 1 row on A100: skinny-half, fused", k62, bf16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
@@ -374,7 +385,7 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     EXPECT_EQ(r, (op == k62 || op == k39) && fusable ? Route::kSkinnyHalfFused
                                                                      : Route::kSkinnyHalf);
                   }
-                  if (r == Route::kSm90HalfFused) {
+                  if (r == Route::kSm90HalfFused) {  // (model 39's: in training, table rows)
                     EXPECT_TRUE(op == k62 && fusable && num == acc && device.major == 9 &&
                                 device.sm90_kernels);
                   }

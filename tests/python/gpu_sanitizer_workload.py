@@ -7,6 +7,7 @@ import sys
 import torch
 
 import fusedops
+from fusedops.accuracy import Tolerance, within_tolerance
 from fusedops.problems import PROBLEMS
 
 CASES = [  # odd widths, a pool that does not divide, tiny groups, batch 3
@@ -113,6 +114,25 @@ def main():
                 failures += not ok
         finally:
             torch.backends.cuda.matmul.fp32_precision = saved
+        # Model 39 in training above 1024 rows in float16/bfloat16: the column moments in the
+        # half GEMM's epilogue; nine 128-row tiles (a tenth past M from the 2 x 1 clusters), a
+        # partial 256-wide tile.
+        for dtype in (torch.float16, torch.bfloat16):
+            prob = PROBLEMS["39"]
+            ref = prob.model(264, 3844, (3844,)).cuda().to(dtype)
+            new = prob.model_new(264, 3844, (3844,)).cuda().to(dtype)
+            new.load_state_dict(ref.state_dict())
+            x = torch.randn(1100, 264, device="cuda", dtype=dtype)
+            with torch.no_grad():
+                (line,) = fusedops.explain(copy.deepcopy(new), x)
+                out_ref, out_new = ref(x), new(x)
+            torch.cuda.synchronize()
+            ok = ": sm90-half-fused (" in line and torch.allclose(
+                out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2) and torch.allclose(
+                new.bn.running_var.double(), ref.bn.running_var.double(), atol=5e-2, rtol=5e-2)
+            print(f"39 training {dtype} moments half GEMM 1100x264x3844: "
+                  f"{'ok' if ok else 'MISMATCH ' + line}")
+            failures += not ok
         # The native half GEMM with model 62's epilogue fused, forced: partial tiles in M, N
         # (400 = 3 x 128 + 16) and K (520), groups of 16; and groups of 32 over two tiles.
         with fusedops.settings(FUSEDOPS_HALF_GEMM="fused"):
@@ -145,6 +165,7 @@ def main():
                 new.load_state_dict(ref.state_dict())
                 x = prob.make_input(batch, init_args, dist="randn", dtype=dtype, device="cuda")
                 tol = 5e-2
+                out64 = None
                 if dtype == torch.float32:
                     x[1, :100] *= 2.0 ** 20
                     x[1, 100:] *= 2.0 ** -20
@@ -152,9 +173,16 @@ def main():
                 with torch.no_grad():
                     (line,) = fusedops.explain(new, x)
                     out_ref, out_new = ref(x), new(x)
+                    if dtype == torch.float32:
+                        # Row 1's outputs (up to 1e6) can cancel to a few hundred, where the
+                        # float32 reference itself is off by more than 1e-4 (0.07 at -610.80 in
+                        # one case): the contract's float64 clause (fusedops.accuracy).
+                        ref64 = prob.model(*init_args).cuda().double().eval()
+                        ref64.load_state_dict(ref.state_dict())
+                        out64 = ref64(x.double())
                 torch.cuda.synchronize()
-                ok = "skinny-" in line and torch.allclose(
-                    out_new.double(), out_ref.double(), atol=tol, rtol=tol)
+                ok = "skinny-" in line and bool(within_tolerance(
+                    out_new, out_ref, Tolerance(atol=tol, rtol=tol), out64).all())
                 print(f"{key} {init_args} {dtype} batch {batch} {line.split(': ')[-1].split(' ')[0]}: "
                       f"{'ok' if ok else 'MISMATCH ' + line}")
                 failures += not ok

@@ -6,6 +6,8 @@ input distributions, determinism, streams, and the cases it refuses.
 FUSEDOPS_HALF_GEMM=fused forces the fused GEMM at sizes too small for the automatic choice;
 where it cannot run, that setting is an error, never a silent fallback, so a passing test here
 ran the fused kernel."""
+import copy
+
 import pytest
 import torch
 
@@ -138,3 +140,55 @@ def test_eager_numerics_ignore_the_fused_gemm(monkeypatch, dtype):
     with_fused_setting = forward_with(monkeypatch, "fused", new, x)
     without = forward_with(monkeypatch, "cublas", new, x)
     assert torch.equal(with_fused_setting, without)
+
+
+# Model 39 in training above the one-read BatchNorm kernel's 1024 rows: the column moments in the
+# half GEMM's epilogue (route sm90-half-fused; gemm_half.h's half_moments_gemm_sm90). Rows: 1025
+# (a last tile of one row), 1100 (nine 128-row tiles: CUTLASS's 2 x 1 clusters make a tenth past
+# M), 2048 (whole tiles); out_features 3844 = 15 x 256 + 4 (a partial 256-wide tile), enough
+# tiles to fill the GPU; in_features 520 (a partial 64-wide K step).
+MOMENTS_ROWS = [1025, 1100, 2048]
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("m", MOMENTS_ROWS)
+def test_39_training_moments_in_the_half_gemm(m, dist, dtype):
+    """Three training steps against the reference in its dtype and in float64: the output and
+    the running statistics, which compound the batch statistics the epilogue's moments give."""
+    init_args = (520, 3844, (3844,))
+    ref, new = make_pair("39", init_args, device="cuda", dtype=dtype)
+    ref64 = copy.deepcopy(ref).double()
+    for step in range(3):
+        x = make_input((m, 520), dist, dtype=dtype, device="cuda")
+        if step == 0:
+            (line,) = fusedops.explain(copy.deepcopy(new), x)
+            assert ": sm90-half-fused (training: the column moments" in line, line
+        with torch.no_grad():
+            out, expected, expected64 = new(x), ref(x), ref64(x.double())
+        assert_reduced(out, expected, expected64)
+        for name in ("running_mean", "running_var"):
+            stat, stat_ref, stat64 = (getattr(mod.bn, name) for mod in (new, ref, ref64))
+            assert_reduced(stat, stat_ref, stat64)
+        assert torch.equal(new.bn.num_batches_tracked, ref.bn.num_batches_tracked)
+
+
+@requires_hopper
+def test_39_training_moments_match_the_cublas_route():
+    """The moments route and cuBLAS's GEMM followed by the moments pass compute the same
+    statistics of the same float32 y: outputs and running statistics within a few float16
+    units of each other."""
+    ref, new = make_pair("39", (520, 3844, (3844,)), device="cuda", dtype=torch.float16)
+    other = copy.deepcopy(new)
+    x = make_input((1100, 520), "randn", dtype=torch.float16, device="cuda")
+    with torch.no_grad():
+        fused_out = new(x)
+        with fusedops.settings(FUSEDOPS_HALF_GEMM="cublas"):
+            (line,) = fusedops.explain(copy.deepcopy(other), x)
+            assert ": cublas-half (" in line, line
+            cublas_out = other(x)
+    torch.testing.assert_close(fused_out, cublas_out, rtol=4e-3, atol=4e-3)
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(getattr(new.bn, name), getattr(other.bn, name), rtol=2e-3,
+                                   atol=1e-4)

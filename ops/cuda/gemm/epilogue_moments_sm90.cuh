@@ -1,9 +1,10 @@
-// The one-product GEMM's epilogue for model 39 in training (TF32 allowed, the 3xFP16 engine's
-// main term alone): y = alpha_r * acc, stored as float32 from registers, and the column moments
-// of the tile's rows: for each column j of the tile, its mean and the sum of squared deviations
-// from that mean. The BatchNorm epilogue merges the tiles' moments in double
-// (cuda/epilogues/batchnorm.h), so y is read once after the GEMM (the normalize pass) instead
-// of twice: at 16384 x 4096 that is a 256 MiB read saved.
+// The epilogue for model 39 in training on a GEMM of fp16/bf16 operands (TF32 allowed: the
+// 3xFP16 engine's main term alone, with its rows' scales alpha_r; float16/bfloat16 models: the
+// model's own operands, alpha null, 1): y = alpha_r * acc, stored as float32 from registers,
+// and the column moments of the tile's rows: for each column j of the tile, its mean and the
+// sum of squared deviations from that mean. The BatchNorm epilogue merges the tiles' moments in
+// double (cuda/epilogues/batchnorm.h), so y is read once after the GEMM (the normalize pass)
+// instead of twice: at 16384 x 4096 that is a 256 MiB read saved.
 //
 // One pass over the registers, shifted: d = y - c_j with c_j the tile's first row (a sample of
 // the column, as the streaming moments pass shifts by y[0, j]), the sums of d and d^2, then
@@ -29,7 +30,7 @@
 namespace fusedops::cuda::gemm::sm90 {
 
 struct ScaledColumnMomentsArguments {
-  const float* alpha = nullptr;  // (M): the rows' scales
+  const float* alpha = nullptr;  // (M): the rows' scales; null: 1
   float* ptr_D = nullptr;        // (M, N) row-major, leading dimension N
   RowMajorStride dD{};
   float* tile_mean = nullptr;  // (ceil(M / tile M), N): each tile's column means
@@ -55,8 +56,7 @@ class ScaledColumnMomentsEpilogue : public RegisterEpilogue<float, ScaledColumnM
   // 8-byte aligned.
   template <class ProblemShape>
   static bool can_implement(const ProblemShape& shape, const Arguments& args) {
-    return cute::get<1>(shape) % 4 == 0 && args.alpha && args.ptr_D && args.tile_mean &&
-           args.tile_m2;
+    return cute::get<1>(shape) % 4 == 0 && args.ptr_D && args.tile_mean && args.tile_m2;
   }
 
   CUTLASS_HOST_DEVICE
@@ -100,7 +100,7 @@ class ScaledColumnMomentsEpilogue : public RegisterEpilogue<float, ScaledColumnM
     for (int v1 = 0; v1 < 2; ++v1) {
       const int row = get<0>(tc(make_coord(0, v1, 0), 0, 0));
       in_m[v1] = row < m_total;
-      alpha[v1] = in_m[v1] ? params_.alpha[row] : 0.0f;
+      alpha[v1] = !in_m[v1] ? 0.0f : params_.alpha != nullptr ? params_.alpha[row] : 1.0f;
     }
     auto y = [&](int v0, int v1, int v2) {
       return alpha[v1] * accumulators(make_coord(v0, v1, v2), 0, 0);

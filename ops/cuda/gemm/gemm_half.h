@@ -7,6 +7,8 @@
 // tiles: one's epilogue overlaps the other's mainloop), instantiated for fp16 and bf16
 // operands, and one epilogue per operator:
 //   model 62  bias, GroupNorm, LeakyReLU, x2 (epilogue_groupnorm_sm90.cuh)
+//   model 39  in training: y and its column moments by 128-row tiles (epilogue_moments_sm90.cuh,
+//             on the cooperative 128 x 256 kernel: its 256 threads meet over a tile's columns)
 // ATen-free like the other sm90 entry points; the operator files check their tensors.
 #pragma once
 
@@ -39,6 +41,14 @@ struct GroupNormEpilogueArgs {
 void half_groupnorm_gemm_sm90(HalfType type, const Fp16GemmShape& shape, const void* x,
                               const void* w, const GroupNormEpilogueArgs& epilogue,
                               cudaStream_t stream);
+
+// Model 39 in training: y = x W^T as float32 (M, N) row-major, and for each kMomentsTileRows-row
+// tile its column means and sums of squared deviations from them, (ceil(M / 128), N) float32
+// each (cuda/tile_moments.h; the BatchNorm pass merges them and reads y once, to normalize).
+// N a multiple of 4; x, W as for half_groupnorm_gemm_sm90. Runs on the current device (sm_90).
+void half_moments_gemm_sm90(HalfType type, const Fp16GemmShape& shape, const void* x,
+                            const void* w, float* y, float* tile_mean, float* tile_m2,
+                            cudaStream_t stream);
 
 // Whether the group size suits the fused epilogue (the register reduction's layout rule).
 inline bool half_groupnorm_group_ok(int64_t group_size) {

@@ -56,6 +56,10 @@ void half_groupnorm_gemm_sm90(HalfType, const Fp16GemmShape&, const void*, const
                               const GroupNormEpilogueArgs&, cudaStream_t) {
   no_sm90_kernels();
 }
+void half_moments_gemm_sm90(HalfType, const Fp16GemmShape&, const void*, const void*, float*,
+                            float*, float*, cudaStream_t) {
+  no_sm90_kernels();
+}
 #endif
 
 }  // namespace fusedops::cuda::gemm
