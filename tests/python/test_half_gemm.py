@@ -13,6 +13,7 @@ import torch
 
 import fusedops
 
+from fusedops.accuracy import assert_within_tolerance, tolerance_for
 from fusedops_testing import assert_reduced, make_input, make_pair, run_trio
 
 pytestmark = pytest.mark.cuda
@@ -192,3 +193,33 @@ def test_39_training_moments_match_the_cublas_route():
     for name in ("running_mean", "running_var"):
         torch.testing.assert_close(getattr(new.bn, name), getattr(other.bn, name), rtol=2e-3,
                                    atol=1e-4)
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
+def test_39_training_moments_under_autocast(dtype):
+    """Model 39 built in float32, in training under torch.autocast at 1100 rows: its Linear in
+    the autocast dtype with the moments in the half GEMM's epilogue, the chain after it in
+    float32 (the operator's autocast form), against the reference in the same region: the
+    output (float32), within the autocast dtype's tolerance or as close to the float64 reference
+    on the rounded weights as the reference is, and the running statistics."""
+    ref, new = make_pair("39", (520, 3844, (3844,)), device="cuda")
+    exact = copy.deepcopy(ref)
+    with torch.no_grad():
+        exact.gemm.weight.copy_(exact.gemm.weight.to(dtype))
+        exact.gemm.bias.copy_(exact.gemm.bias.to(dtype))
+    exact = exact.double()
+    x = make_input((1100, 520), "randn", device="cuda")
+    with torch.autocast("cuda", dtype=dtype):
+        (line,) = fusedops.explain(copy.deepcopy(new), x)
+        with torch.no_grad():
+            out, expected = new(x), ref(x)
+    with torch.no_grad():
+        expected64 = exact(x.to(dtype).double())
+    assert ": sm90-half-fused (training: the column moments" in line, line
+    assert out.dtype == expected.dtype == torch.float32
+    assert_within_tolerance(out, expected, tolerance_for(dtype), expected64)
+    tol = tolerance_for(dtype)
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(getattr(new.bn, name), getattr(ref.bn, name), atol=tol.atol,
+                                   rtol=tol.rtol)
