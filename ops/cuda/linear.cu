@@ -20,7 +20,8 @@
 namespace fusedops::cuda {
 namespace {
 
-static_assert(plan::kMaxSkinnyHalfRows <= gemm::kSkinnyHalfCapacity,
+static_assert(plan::kMaxSkinnyHalfRows <= gemm::kSkinnyHalfFusedCapacity &&
+                  plan::kMaxSkinnyHalfNarrowRows <= gemm::kSkinnyHalfCapacity,
               "the planner sends the skinny-half engine more rows than it takes");
 static_assert(plan::kMaxSkinnyPairRows <= gemm::kSkinnyPairCapacity,
               "the planner sends the float32 skinny engine more rows than it takes");

@@ -255,15 +255,22 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   // issue 25); one launch of our own with the operator's epilogue inside, its call costs the
   // host less than cuBLAS's (no handle, math mode or workspace) plus an epilogue pass: model
   // 39's and 62's half calls at 1-16 rows measured 0.067-0.080 ms against that route's
-  // 0.077-0.085.
-  if (r.m <= kMaxSkinnyHalfRows && skinny_half_fits(r)) {
+  // 0.077-0.085. Where W is narrow (N under 32 x SMs: model 98's pooled weight) and nothing is
+  // fused, up to 32 rows: x's re-reads through L2 stay few (N / 16 blocks), and the call saves
+  // cuBLAS's split-K launches.
+  const bool narrow = r.n < 32 * static_cast<int64_t>(r.device.sm_count);
+  const int64_t half_rows = narrow && !skinny_fusable ? kMaxSkinnyHalfNarrowRows : kMaxSkinnyHalfRows;
+  if (r.m <= half_rows && skinny_half_fits(r)) {
     if (skinny_fusable) {
       return {Route::kSkinnyHalfFused, Route::kNone,
               "at most 16 rows: a read of W, the epilogue in the same kernel (weight-streaming "
               "tensor-core kernel)"};
     }
     return {Route::kSkinnyHalf, Route::kNone,
-            "at most 16 rows: a read of W (weight-streaming tensor-core kernel)"};
+            r.m <= kMaxSkinnyHalfRows
+                ? "at most 16 rows: a read of W (weight-streaming tensor-core kernel)"
+                : "at most 32 rows of a narrow W: a read of W (weight-streaming tensor-core "
+                  "kernel)"};
   }
   if (!sm90_fusable) {
     return {Route::kCublasHalf, Route::kNone, "float16/bfloat16 with float32 accumulation"};

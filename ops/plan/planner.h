@@ -82,6 +82,7 @@ Plan plan_gemm(const GemmRequest& request);
 // Thresholds of the rules, exposed for the table test. Why each value: planner.cpp.
 inline constexpr int64_t kMaxSkinnyRows = 4;
 inline constexpr int64_t kMaxSkinnyHalfRows = 16;
+inline constexpr int64_t kMaxSkinnyHalfNarrowRows = 32;  // unfused, N < 32 SMs
 inline constexpr int64_t kMaxSkinnyPairRows = 32;  // float32, where N >= 32 SMs (else 16)
 inline constexpr int64_t kSkinnyBeforePairRows = 2;  // float32, N >= 32 SMs: skinny first
 inline constexpr int64_t kMin3xFp16Rows = 128;

@@ -178,6 +178,12 @@ const std::vector<Row> kTable = {
     {"62 bf16 1 row on A100: skinny-half, fused", k62, bf16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"62 f16 16 rows, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"62 f16 17 rows: cuBLAS (too few tiles to fuse)", k62, f16, acc, ieee, &kAuto, kH100, 17, 8192, 8192, true, true, Route::kCublasHalf, none},
+    {"98 f16 24 rows, N = 512 narrow: skinny-half", k98, f16, acc, ieee, &kAuto, kH100, 24, 512, 8192, true, true, Route::kSkinnyHalf, none},
+    {"98 bf16 32 rows, narrow: skinny-half", k98, bf16, acc, ieee, &kAuto, kH100, 32, 512, 8192, true, true, Route::kSkinnyHalf, none},
+    {"98 f16 33 rows: cuBLAS", k98, f16, acc, ieee, &kAuto, kH100, 33, 512, 8192, true, true, Route::kCublasHalf, none},
+    {"98 f16 24 rows, N = 4224 = 32 SMs: cuBLAS", k98, f16, acc, ieee, &kAuto, kH100, 24, 4224, 8192, true, true, Route::kCublasHalf, none},
+    {"62 f16 24 rows, narrow, fusable: cuBLAS (the epilogues take 16 rows)", k62, f16, acc, ieee, &kAuto, kH100, 24, 1024, 8192, true, true, Route::kCublasHalf, none},
+    {"62 f16 24 rows, narrow, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 24, 1000, 1032, true, false, Route::kSkinnyHalf, none},
     {"39 bf16 1 row, training: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalf, none, true},
     {"39 bf16 1 row, eval: skinny-half, fused", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"39 f16 eval at 1024 rows: no fused route for 39 there", k39, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kCublasHalf, none},
@@ -361,8 +367,9 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                                 r == Route::kSkinnyHalfFused);
                   }
                   if (r == Route::kSkinnyHalf || r == Route::kSkinnyHalfFused) {
-                    EXPECT_TRUE(half && size[0] <= plan::kMaxSkinnyHalfRows &&
-                                device.major >= 8 && s != &kCublas);
+                    EXPECT_TRUE(half && device.major >= 8 && s != &kCublas &&
+                                size[0] <= (r == Route::kSkinnyHalf ? plan::kMaxSkinnyHalfNarrowRows
+                                                                    : plan::kMaxSkinnyHalfRows));
                   }
                   const bool pairs = r == Route::kSkinny3xFp16 || r == Route::kSkinny3xFp16Fused;
                   if (pairs) {

@@ -186,6 +186,23 @@ def main():
                 print(f"{key} {init_args} {dtype} batch {batch} {line.split(': ')[-1].split(' ')[0]}: "
                       f"{'ok' if ok else 'MISMATCH ' + line}")
                 failures += not ok
+    # The plain form at 17-32 rows of x (four 8-row tiles), where W is narrow: model 98's pooled
+    # weight (50 channels pooled by 5: 10 rows of W) at 24 and 32 rows.
+    if torch.cuda.get_device_capability()[0] >= 8:
+        prob = PROBLEMS["98"]
+        for dtype, batch in ((torch.float16, 24), (torch.bfloat16, 32)):
+            ref = prob.model(264, 50, 5, 2.0).cuda().to(dtype).eval()
+            new = prob.model_new(264, 50, 5, 2.0).cuda().to(dtype).eval()
+            new.load_state_dict(ref.state_dict())
+            x = prob.make_input(batch, (264, 50, 5, 2.0), dist="randn", dtype=dtype, device="cuda")
+            with torch.no_grad():
+                (line,) = fusedops.explain(new, x)
+                out_ref, out_new = ref(x), new(x)
+            torch.cuda.synchronize()
+            ok = ": skinny-half (" in line and torch.allclose(
+                out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
+            print(f"98 {dtype} batch {batch} skinny-half four tiles: {'ok' if ok else 'MISMATCH ' + line}")
+            failures += not ok
     # The float32 form's wider blocks, where N gives half the SMs one: 32 rows of W a block at
     # 9-16 rows of x (two groups of 16 channels a block), 64 at 17-32 (four).
     if torch.cuda.get_device_capability()[0] >= 8:

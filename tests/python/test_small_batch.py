@@ -1,12 +1,13 @@
 """Small-batch serving (issue 25): every batch size from 1 to 256, in each dtype, for each model
 in eval mode as a server runs it, against the reference in the model's dtype and in float64.
-Below the planner's crossover (16 rows; float32 32 where N fills the GPU) the weight-streaming
-tensor-core kernel runs (float32: `skinny-3xfp16`, on W's and x's fp16 pairs, after the float32
-`skinny` kernel at 1-2 rows, 1-4 where N is narrow; float16/bfloat16: `skinny-half`), with the
-operator's epilogue inside where it fits (`-fused`); above it the other routes. Sizes are odd
-where the kernels have edges: out_features not a multiple of the 16-row tile, in_features a
-multiple of 8 that leaves a partial 256-wide round, and in_features not a multiple of 8 (no
-skinny-half: cuBLAS)."""
+Below the planner's crossover (16 rows; float32 32 where N fills the GPU, float16/bfloat16
+without a fused epilogue 32 where N is narrow) the weight-streaming tensor-core kernel runs
+(float32: `skinny-3xfp16`, on W's and x's fp16 pairs, after the float32 `skinny` kernel at 1-2
+rows, 1-4 where N is narrow; float16/bfloat16: `skinny-half`), with the operator's epilogue
+inside where it fits (`-fused`); above it the other routes. Sizes are odd where the kernels
+have edges: out_features not a multiple of the 16-row tile, in_features a multiple of 8 that
+leaves a partial 256-wide round, and in_features not a multiple of 8 (no skinny-half:
+cuBLAS)."""
 import copy
 import os
 import subprocess
@@ -69,12 +70,14 @@ def test_every_batch_size_matches_the_reference(case, dtype, dist):
     if case == "18" or (case == "98" and dtype == torch.float32):
         return  # 18's GEMM folds away (test_routes.py); 98's float32 one is on its pooled weight
     half = dtype != torch.float32
-    limit = 16
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    narrow = SIZES[case][1] < 32 * sms  # these widths: W narrow
+    # float16/bfloat16 without a fused epilogue: 32 rows where W is narrow (planner.cpp).
+    limit = 32 if half and narrow and case not in HALF_ROUTE else 16
     name = HALF_ROUTE.get(case, "skinny-half") if half else PAIR_ROUTE.get(case, "skinny-3xfp16")
     # float32's one-launch skinny kernel first (planner.cpp): at 1-2 rows, and at 3-4 where N is
-    # under 32 x SMs (these widths: W narrow, the kernel splits K).
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    skinny_rows = 4 if SIZES[case][1] < 32 * sms else 2
+    # narrow (the kernel splits K).
+    skinny_rows = 4 if narrow else 2
     for b in (1, 2, 3, 4, 5, limit - 1, limit, limit + 1, 64, MAX_ROWS):
         (line,) = fusedops.explain(new, x[:b])
         if not half and b <= skinny_rows:

@@ -124,7 +124,8 @@ void launch_pair(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_cou
 }
 
 // An epilogue over 16-row blocks: one 8-row tile of x up to 8 rows (half the MMAs and x
-// loads: 0.0264 against 0.0282 ms for a model 98 call at 8 and 16 rows, H100), else two.
+// loads: 0.0264 against 0.0282 ms for a model 98 call at 8 and 16 rows, H100), else two; the
+// plain form (y) four at 17-32 rows.
 // float32's fp16 pairs: launch_pair's shapes.
 template <typename T, typename Epilogue>
 void launch_16_rows(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_count) {
@@ -141,8 +142,13 @@ void launch_16_rows(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_
     };
     if (ops.x.size(0) <= 8) {
       tiles(std::integral_constant<int, 1>{});
-    } else {
+    } else if (ops.x.size(0) <= 16) {
       tiles(std::integral_constant<int, 2>{});
+    } else if constexpr (std::is_same_v<Epilogue, StoreFloatY>) {
+      tiles(std::integral_constant<int, 4>{});  // 17-32 rows: the plain form only (planner.cpp)
+    } else {
+      TORCH_INTERNAL_ASSERT(false, "fusedops: the skinny-half epilogues take at most ",
+                            kSkinnyHalfFusedCapacity, " rows");
     }
   }
 }
@@ -182,6 +188,7 @@ void skinny_half_groupnorm(const SkinnyOperands& ops, const at::Tensor& bias, in
                            const at::Tensor& gamma, const at::Tensor& beta, double eps,
                            double negative_slope, at::Tensor& out, int sm_count) {
   check_operands(ops);
+  TORCH_INTERNAL_ASSERT(ops.is_pair() || ops.x.size(0) <= kSkinnyHalfFusedCapacity);
   TORCH_INTERNAL_ASSERT(skinny_half_group_ok(group_size, ops.is_pair()) &&
                         ops.weight.size(0) % group_size == 0);
   const epilogues::GroupNormLeakyReluSum<float> chain{static_cast<float>(eps),
@@ -216,6 +223,7 @@ void skinny_half_batchnorm_eval(const SkinnyOperands& ops, const at::Tensor& bia
                                 const at::Tensor& running_var, double eps, at::Tensor& out,
                                 int sm_count) {
   check_operands(ops);
+  TORCH_INTERNAL_ASSERT(ops.is_pair() || ops.x.size(0) <= kSkinnyHalfFusedCapacity);
   TORCH_INTERNAL_ASSERT(scale.dim() == 1 && scale.size(0) == ops.weight.size(0));
   with_kernel_type(ops, [&](auto t) {
     using T = decltype(t);

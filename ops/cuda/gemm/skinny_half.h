@@ -9,13 +9,15 @@
 
 namespace fusedops::cuda::gemm {
 
-// The most rows of x it takes (two 8-row tiles). The planner's threshold (planner.h) is
-// measured (bench/gemv_floor.cu, n = k = 8192, H100): at m = 1..16 the kernel took
-// 0.0571-0.0592 ms against cuBLAS's 0.0592-0.0596 with L2 emptied by a write, 0.0519-0.0531
-// against 0.0491-0.0501 by a read (a plain read of W: 0.0529 and 0.0468); from 24 rows it
-// loses (0.062-0.074 against 0.060): its re-reads of x through L2 grow with the rows of x,
-// where cuBLAS's tiles share them.
-inline constexpr int64_t kSkinnyHalfCapacity = 16;
+// The most rows of x it takes: with an operator's epilogue, two 8-row tiles; plain (y), four.
+// The planner's thresholds (planner.h) are measured (bench/gemv_floor.cu, n = k = 8192, H100):
+// at m = 1..16 the kernel took 0.0571-0.0592 ms against cuBLAS's 0.0592-0.0596 with L2 emptied
+// by a write, 0.0519-0.0531 against 0.0491-0.0501 by a read (a plain read of W: 0.0529 and
+// 0.0468); from 17 rows it loses at that width (0.066-0.074 against 0.050-0.060): its re-reads
+// of x through L2 grow with the rows of x, where cuBLAS's tiles share them. A narrow W has
+// few blocks to re-read x: there the plain form runs to 32 rows.
+inline constexpr int64_t kSkinnyHalfFusedCapacity = 16;
+inline constexpr int64_t kSkinnyHalfCapacity = 32;
 // The float32 form's most rows (four 8-row tiles; its shapes: skinny_half.cu's launch_pair).
 inline constexpr int64_t kSkinnyPairCapacity = 32;
 
