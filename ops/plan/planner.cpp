@@ -90,6 +90,13 @@ const char* why_not_sm90_half(const GemmRequest& r) {
   return nullptr;
 }
 
+// W is narrow where N gives fewer than 32 rows of W per SM (model 98's pooled weight, 512 rows):
+// the weight-streaming kernels' blocks then leave SMs idle and re-read x rarely. The skinny
+// rules below split on it, float32 and half alike.
+bool narrow_weight(const GemmRequest& r) {
+  return r.n < 32 * static_cast<int64_t>(r.device.sm_count);
+}
+
 double gemm_flop(const GemmRequest& r) {
   return 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) * static_cast<double>(r.k);
 }
@@ -197,7 +204,7 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   // 0.028 ms a call on the skinny kernel against 0.039 on this route. Above 16 rows its blocks
   // hold 64 rows of W: N must give half the SMs one. Where the user named the float32 GEMM
   // (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold is made per call (training), SGEMM.
-  const bool wide = r.n >= 32 * static_cast<int64_t>(r.device.sm_count);
+  const bool wide = !narrow_weight(r);
   const int64_t pair_rows = wide ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
   const bool skinny_first =
       few == Route::kSkinny && r.m <= (wide ? kSkinnyBeforePairRows : kMaxSkinnyRows);
@@ -258,8 +265,8 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   // 0.077-0.085. Where W is narrow (N under 32 x SMs: model 98's pooled weight) and nothing is
   // fused, up to 32 rows: x's re-reads through L2 stay few (N / 16 blocks); model 98's half
   // calls at 17-32 rows measured 0.032-0.033 ms against cuBLAS's 0.039-0.045.
-  const bool narrow = r.n < 32 * static_cast<int64_t>(r.device.sm_count);
-  const int64_t half_rows = narrow && !skinny_fusable ? kMaxSkinnyHalfNarrowRows : kMaxSkinnyHalfRows;
+  const int64_t half_rows =
+      narrow_weight(r) && !skinny_fusable ? kMaxSkinnyHalfNarrowRows : kMaxSkinnyHalfRows;
   if (r.m <= half_rows && skinny_half_fits(r)) {
     if (skinny_fusable) {
       return {Route::kSkinnyHalfFused, Route::kNone,

@@ -8,6 +8,8 @@
 #include "cuda/gemm/gemm_half.h"
 #include "cuda/gemm/sm90_gemm_types.cuh"
 
+#include <string>
+
 namespace fusedops::cuda::gemm {
 namespace {
 
@@ -34,7 +36,9 @@ void half_moments_gemm_sm90(HalfType type, const Fp16GemmShape& shape, const voi
   static_assert(cute::is_same_v<sm90::KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
                 "the moments epilogue expects both consumer warp groups on one tile");
   if (shape.n % 4 != 0 || shape.batches != 1) {
-    throw std::runtime_error("fusedops half_moments_gemm_sm90: N must be a multiple of 4");
+    throw std::runtime_error("fusedops half_moments_gemm_sm90: N must be a multiple of 4 and "
+                             "the GEMM unbatched, got n=" + std::to_string(shape.n) + ", batches=" +
+                             std::to_string(shape.batches));
   }
   if (type == HalfType::kFloat16) {
     moments_gemm<cutlass::half_t>(shape, x, w, y, tile_mean, tile_m2, stream);
