@@ -19,6 +19,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <utility>
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
@@ -130,6 +131,16 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
   // undefined tensor has no device) before the kernel's own message.
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training, eps);
+  // And before the kernel updates the running statistics: what autograd saves (forward above)
+  // and versions must not be inference tensors (a model built under torch.inference_mode()),
+  // and autograd's own refusal would come after the update: a failed call that changed the
+  // model.
+  constexpr const char* kOp = "gemm_scale_batchnorm";
+  const std::pair<const char*, const at::Tensor&> kept[] = {
+      {"x", x}, {"weight", weight}, {"bias", bias}, {"scale", scale}, {"bn_weight", bn_weight},
+      {"bn_bias", bn_bias}, {"running_mean", running_mean}, {"running_var", running_var}};
+  for (const auto& [name, t] : kept) checks::not_inference(kOp, name, t);
+  if (training) checks::not_inference(kOp, "num_batches_tracked", num_batches_tracked);
   return GemmScaleBatchnormFunction::apply(
       x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var, num_batches_tracked,
       training, momentum, eps,

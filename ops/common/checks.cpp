@@ -35,6 +35,14 @@ void vector_of(const char* op, const char* name, const at::Tensor& t, const c10:
               "] (", what, "), got shape ", t.sym_sizes());
 }
 
+void not_inference(const char* op, const char* name, const at::Tensor& t) {
+  TORCH_CHECK(!t.defined() || !t.is_inference(), op, ": ", name,
+              " must not be an inference tensor when autograd records the call (it is saved "
+              "for backward or updated in place; clone it, or call under torch.no_grad() or "
+              "torch.inference_mode()), got an inference tensor (created under "
+              "torch.inference_mode())");
+}
+
 namespace {
 
 // x, weight, bias: everything linear() checks but the bias's dtype.

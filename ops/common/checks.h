@@ -37,6 +37,11 @@ at::ScalarType params_dtype(const at::Tensor& x, const at::Tensor& bias);
 void params_dtype_is(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
                      at::ScalarType dtype);
 
+// t is not an inference tensor (made under torch.inference_mode()): what an Autograd kernel
+// must check, before its kernel runs, of every tensor that autograd will save for backward or
+// version as updated in place, since autograd's own refusal comes after the kernel ran.
+void not_inference(const char* op, const char* name, const at::Tensor& t);
+
 // Per-operator contracts.
 void matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                    const at::Tensor& bias, int64_t pool_kernel_size);

@@ -319,6 +319,49 @@ def test_backward_leaves_running_stats_alone():
     assert_same_state(new, ref, rtol=1e-9, atol=1e-10)
 
 
+def _snapshot(module):
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def test_recorded_call_with_inference_tensors_fails_before_updating_statistics():
+    """A model built under torch.inference_mode() (as Triton builds it) holds inference
+    tensors, which autograd cannot save. Called in training outside inference mode with an x
+    that requires grad, the reference refuses; ours refused too, but only after its kernel had
+    updated the running statistics and num_batches_tracked: a failed call that changed the
+    model. Now it refuses first, naming the tensor, and the model is as it was."""
+    with torch.inference_mode():
+        ref, new = make_pair("39", SMALL_ARGS["39"], dtype=torch.float64)
+    x = make_input((SMALL_BATCH, SMALL_ARGS["39"][0]), "randn", dtype=torch.float64)
+    x.requires_grad_()
+    with pytest.raises(RuntimeError):
+        ref(x)
+    before = _snapshot(new)
+    with pytest.raises(RuntimeError, match=r"gemm_scale_batchnorm: weight must not be an "
+                                           r"inference tensor .*, got an inference tensor"):
+        new(x)
+    for name, value in new.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    # Under inference mode (how Triton calls it) the same model runs and trains its statistics.
+    with torch.inference_mode():
+        new(x.detach())
+    assert new.bn.num_batches_tracked.item() == before["bn.num_batches_tracked"].item() + 1
+
+
+def test_recorded_call_refuses_inference_running_statistics_before_the_kernel():
+    """Running statistics that are inference tensors cannot be updated outside inference mode
+    (PyTorch refuses the in-place write); the recorded call refuses before anything moved."""
+    _, new = make_pair("39", SMALL_ARGS["39"], dtype=torch.float64)
+    with torch.inference_mode():
+        new.bn.running_var = new.bn.running_var.clone()
+    x = make_input((SMALL_BATCH, SMALL_ARGS["39"][0]), "randn", dtype=torch.float64)
+    before = _snapshot(new)
+    with pytest.raises(RuntimeError, match=r"gemm_scale_batchnorm: running_var must not be an "
+                                           r"inference tensor"):
+        new(x)
+    for name, value in new.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
 @pytest.mark.parametrize("key,mode", MODEL_MODES, ids=MODEL_MODE_IDS)
 def test_backward_inside_autocast_recomputes_in_forward_dtype(key, mode):
     """A float32 forward whose backward() runs inside an autocast region: the recomputation
