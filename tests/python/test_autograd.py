@@ -319,8 +319,13 @@ def test_backward_leaves_running_stats_alone():
     assert_same_state(new, ref, rtol=1e-9, atol=1e-10)
 
 
-def _snapshot(module):
-    return {k: v.clone() for k, v in module.state_dict().items()}
+def assert_refused_and_unchanged(model, x, match):
+    """model(x) raises a RuntimeError matching `match`, and its state_dict is as it was."""
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError, match=match):
+        model(x)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
 
 
 def test_recorded_call_with_inference_tensors_fails_before_updating_statistics():
@@ -335,16 +340,13 @@ def test_recorded_call_with_inference_tensors_fails_before_updating_statistics()
     x.requires_grad_()
     with pytest.raises(RuntimeError):
         ref(x)
-    before = _snapshot(new)
-    with pytest.raises(RuntimeError, match=r"gemm_scale_batchnorm: weight must not be an "
-                                           r"inference tensor .*, got an inference tensor"):
-        new(x)
-    for name, value in new.state_dict().items():
-        assert torch.equal(value, before[name]), name
+    count = new.bn.num_batches_tracked.item()
+    assert_refused_and_unchanged(new, x, r"gemm_scale_batchnorm: weight must not be an inference "
+                                         r"tensor .*, got an inference tensor")
     # Under inference mode (how Triton calls it) the same model runs and trains its statistics.
     with torch.inference_mode():
         new(x.detach())
-    assert new.bn.num_batches_tracked.item() == before["bn.num_batches_tracked"].item() + 1
+    assert new.bn.num_batches_tracked.item() == count + 1
 
 
 def test_recorded_call_refuses_inference_running_statistics_before_the_kernel():
@@ -354,12 +356,8 @@ def test_recorded_call_refuses_inference_running_statistics_before_the_kernel():
     with torch.inference_mode():
         new.bn.running_var = new.bn.running_var.clone()
     x = make_input((SMALL_BATCH, SMALL_ARGS["39"][0]), "randn", dtype=torch.float64)
-    before = _snapshot(new)
-    with pytest.raises(RuntimeError, match=r"gemm_scale_batchnorm: running_var must not be an "
-                                           r"inference tensor"):
-        new(x)
-    for name, value in new.state_dict().items():
-        assert torch.equal(value, before[name]), name
+    assert_refused_and_unchanged(new, x, r"gemm_scale_batchnorm: running_var must not be an "
+                                         r"inference tensor")
 
 
 @pytest.mark.parametrize("key,mode", MODEL_MODES, ids=MODEL_MODE_IDS)
