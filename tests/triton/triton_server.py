@@ -204,6 +204,12 @@ class TritonServer:
                 f"--model-repository={self.repository}",
                 f"--backend-directory={environment('FUSEDOPS_TRITON_BACKENDS')}",
                 "--model-control-mode=explicit",
+                # One model loaded at a time: PyTorch's AOTIModelPackageLoader reads every .pt2's
+                # metadata into one function-static nlohmann::json (load_json_file), so .pt2
+                # models loaded on parallel threads can read each other's half-parsed metadata
+                # ("[json.exception.type_error.302] type must be string, but is null"; seen in
+                # CI on the patched server's five .pt2 models, 1 run in 2). app/README.md.
+                "--model-load-thread-count=1",
                 *(f"--load-model={model}" for model in self.load),
                 "--http-address=127.0.0.1", f"--http-port={http_port}",
                 "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}",
