@@ -95,7 +95,8 @@ add_library(fusedops_app_files STATIC
   "${FUSEDOPS_APP_SOURCE_DIR}/repository_layout.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/temporary_directory.cpp"
   "${FUSEDOPS_APP_SOURCE_DIR}/tensor_io.cpp"
-  "${FUSEDOPS_APP_SOURCE_DIR}/tensor_pickle.cpp")
+  "${FUSEDOPS_APP_SOURCE_DIR}/tensor_pickle.cpp"
+  "${FUSEDOPS_APP_SOURCE_DIR}/zip_reader.cpp")
 # ops/include: fusedops/accuracy.h, the header-only tolerance rule check shares with the tests.
 target_include_directories(fusedops_app_files PUBLIC
   "${FUSEDOPS_APP_SOURCE_DIR}" "${FUSEDOPS_APP_FMT_SHIM_DIR}"

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 #include <unistd.h>
-#include <zip.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,6 +16,7 @@
 #include "repository_layout.h"
 #include "printable.h"
 #include "temporary_directory.h"
+#include "zip_reader.h"
 
 namespace fusedops_app {
 
@@ -28,105 +28,14 @@ namespace {
 constexpr zip_uint64_t kMaxMetadataBytes = 1 << 20;
 constexpr const char* kMetadataSuffix = "wrapper_metadata.json";
 
+std::string package_context(const std::string& source) {
+  return fmt::format("cannot load {} as an AOTInductor package (.pt2)", source);
+}
+
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-
-// A libzip archive over bytes the caller keeps alive; closed (never written) on destruction.
-class ZipReader {
- public:
-  ZipReader(const std::vector<char>& bytes, const std::string& source) : source_(source) {
-    zip_error_t error;
-    zip_error_init(&error);
-    zip_source_t* data = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
-    if (data != nullptr) {
-      // ZIP_CHECKCONS: also compare the central directory with each local header.
-      archive_ = zip_open_from_source(data, ZIP_RDONLY | ZIP_CHECKCONS, &error);
-      if (archive_ == nullptr) {
-        zip_source_free(data);
-      }
-    }
-    if (archive_ == nullptr) {
-      const std::string cause = zip_error_strerror(&error);
-      zip_error_fini(&error);
-      throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): not a "
-                                   "readable zip archive ({})",
-                                   source, cause));
-    }
-    zip_error_fini(&error);
-  }
-  ZipReader(const ZipReader&) = delete;
-  ZipReader& operator=(const ZipReader&) = delete;
-  ~ZipReader() { zip_discard(archive_); }
-
-  zip_uint64_t size() const {
-    const zip_int64_t entries = zip_get_num_entries(archive_, 0);
-    return entries < 0 ? 0 : static_cast<zip_uint64_t>(entries);
-  }
-
-  std::string name(zip_uint64_t index) const {
-    const char* name = zip_get_name(archive_, index, ZIP_FL_ENC_RAW);
-    if (name == nullptr) {
-      fail(fmt::format("entry {} has no readable name", index));
-    }
-    return name;
-  }
-
-  zip_uint64_t unpacked_size(zip_uint64_t index) const {
-    zip_stat_t stat;
-    zip_stat_init(&stat);
-    if (zip_stat_index(archive_, index, 0, &stat) != 0 || (stat.valid & ZIP_STAT_SIZE) == 0) {
-      fail(fmt::format("cannot read the size of entry {}", printable(name(index))));
-    }
-    return stat.size;
-  }
-
-  // The Unix file type an entry records (S_IFREG, S_IFLNK, ...), or 0 when it records none.
-  mode_t file_type(zip_uint64_t index) const {
-    zip_uint8_t system = 0;
-    zip_uint32_t attributes = 0;
-    if (zip_file_get_external_attributes(archive_, index, 0, &system, &attributes) != 0) {
-      fail(fmt::format("cannot read the attributes of entry {}", printable(name(index))));
-    }
-    return system == ZIP_OPSYS_UNIX ? static_cast<mode_t>((attributes >> 16) & S_IFMT) : 0;
-  }
-
-  // Streams the entry's bytes to sink(data, size); libzip checks the CRC at the end.
-  template <typename Sink>
-  void read(zip_uint64_t index, Sink sink) const {
-    zip_file_t* file = zip_fopen_index(archive_, index, 0);
-    if (file == nullptr) {
-      fail(fmt::format("cannot open entry {}: {}", printable(name(index)),
-                       zip_strerror(archive_)));
-    }
-    std::vector<char> buffer(1 << 20);
-    for (;;) {
-      const zip_int64_t got = zip_fread(file, buffer.data(), buffer.size());
-      if (got < 0) {
-        const std::string cause = zip_file_strerror(file);
-        zip_fclose(file);
-        fail(fmt::format("cannot read entry {}: {}", printable(name(index)), cause));
-      }
-      if (got == 0) {
-        break;
-      }
-      sink(buffer.data(), static_cast<size_t>(got));
-    }
-    if (zip_fclose(file) != 0) {
-      fail(fmt::format("entry {} is damaged: {}", printable(name(index)), zip_strerror(archive_)));
-    }
-  }
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw UsageError(fmt::format("cannot load {} as an AOTInductor package (.pt2): {}", source_,
-                                 what));
-  }
-
- private:
-  std::string source_;
-  zip_t* archive_ = nullptr;
-};
 
 std::unordered_map<std::string, std::string> parse_package_metadata(const std::string& text,
                                                                      const ZipReader& zip) {
@@ -178,7 +87,7 @@ void write_new_file(const fs::path& path, const ZipReader& zip, zip_uint64_t ind
 
 AotiPackageContents inspect_aoti_package(const std::vector<char>& bytes,
                                          const std::string& source) {
-  const ZipReader zip(bytes, source);
+  const ZipReader zip(bytes, package_context(source));
   const zip_uint64_t entries = zip.size();
   if (entries == 0) {
     zip.fail("the archive is empty");
@@ -283,7 +192,7 @@ std::unique_ptr<AotiPackage> AotiPackage::load(const std::vector<char>& bytes,
   package->folder_ = std::make_unique<TemporaryDirectory>("pt2");
   const fs::path root = package->folder_->path();
   {
-    const ZipReader zip(bytes, source);
+    const ZipReader zip(bytes, package_context(source));
     for (zip_uint64_t index = 0; index < zip.size(); ++index) {
       const std::string name = zip.name(index);
       for (const auto& [entry, unpacked_as] : contents.files) {

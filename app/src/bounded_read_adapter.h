@@ -12,7 +12,9 @@ namespace fusedops_app {
 // A read past the end returns fewer bytes (or none), which the zip reader reports as a damaged
 // archive. libtorch's own in-memory adapters (MemoryReadAdapter, and the VectorReader behind
 // torch::jit::pickle_load) copy whatever is asked for, and miniz asks for bytes past the end of
-// a damaged archive: the fuzzer's first finding (app/fuzz/fuzz_tensor_file.cpp).
+// a damaged archive: the fuzzer's first finding (app/fuzz/fuzz_tensor_file.cpp). Tensor files
+// have since left libtorch's reader for libzip (zip_reader.h); TorchScript model files, which
+// are code and trusted as such, still load through it (torch::jit::load in exported_model.cpp).
 class BoundedReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
  public:
   explicit BoundedReadAdapter(const std::vector<char>& bytes) : bytes_(bytes) {}

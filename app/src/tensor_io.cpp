@@ -3,22 +3,28 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/import_read.h>
+#include <c10/core/CPUAllocator.h>
+#include <caffe2/serialize/versions.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <tuple>
 
 #include "app_error.h"
-#include "bounded_read_adapter.h"
 #include "file_access.h"
 #include "model_metadata.h"
+#include "printable.h"
 #include "tensor_pickle.h"
+#include "zip_reader.h"
 
 namespace fusedops_app {
 
@@ -91,19 +97,124 @@ void check_tensor_fits_its_storage(const at::Tensor& tensor, const std::string& 
   }
 }
 
-std::tuple<at::DataPtr, size_t> read_record(caffe2::serialize::PyTorchStreamReader& archive,
-                                            const std::string& name, const std::string& source) {
-  try {
-    return archive.getRecord(name);
-  } catch (const std::exception& e) {
-    throw UsageError(fmt::format("cannot read a tensor from {}: {}", source,
-                                 torch_error_message(e)));
-  }
-}
-
 bool is_floating_dtype_we_read(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16 ||
          dtype == at::kDouble;
+}
+
+// The records of a torch.save archive that reading one tensor needs, found by name under the
+// archive's one top folder ("archive/", any name), as libtorch's reader finds them.
+struct TensorArchiveRecords {
+  std::optional<zip_uint64_t> pickle;     // data.pkl
+  std::optional<zip_uint64_t> version;    // .data/version, else version
+  std::optional<zip_uint64_t> byteorder;  // byteorder
+  std::vector<std::pair<std::string, zip_uint64_t>> storages;  // data/<key>
+  uint64_t stated_bytes = 0;  // what every record's directory entry says it unpacks to
+};
+
+TensorArchiveRecords find_records(const ZipReader& zip, const std::string& source,
+                                  std::uintmax_t max_bytes) {
+  TensorArchiveRecords records;
+  const zip_uint64_t entries = zip.size();
+  if (entries == 0) {
+    zip.fail("the archive is empty");
+  }
+  const std::string first = zip.name(0);
+  const size_t slash = first.find('/');
+  if (slash == std::string::npos || slash == 0) {
+    zip.fail(fmt::format("entry '{}' is not in a top folder, as torch.save writes every record",
+                         printable(first)));
+  }
+  const std::string prefix = first.substr(0, slash + 1);
+  std::set<std::string> seen;
+  std::optional<zip_uint64_t> plain_version;
+  for (zip_uint64_t index = 0; index < entries; ++index) {
+    const std::string name = zip.name(index);
+    if (name.rfind(prefix, 0) != 0) {
+      zip.fail(fmt::format("entry '{}' is outside the archive's top folder '{}'",
+                           printable(name), printable(prefix)));
+    }
+    const std::string record = name.substr(prefix.size());
+    if (!seen.insert(record).second) {
+      zip.fail(fmt::format("entry '{}' appears twice", printable(name)));
+    }
+    if (record == "constants.pkl" || record.rfind("code/", 0) == 0) {
+      throw UsageError(fmt::format(
+          "{} is a TorchScript archive (torch.jit.save), not a tensor: the app does not load "
+          "code from a data file. Tensor files are torch.save(tensor) (scripted/export.py "
+          "writes them so since its manifest format 1; re-export an older repository)",
+          source));
+    }
+    const zip_uint64_t stated = zip.unpacked_size(index);
+    if (stated > max_bytes || records.stated_bytes > max_bytes - stated) {
+      throw UsageError(fmt::format("{}: its records unpack to more than the {}-byte limit for "
+                                   "a tensor file (entry '{}' alone says {} bytes)",
+                                   source, max_bytes, printable(name), stated));
+    }
+    records.stated_bytes += stated;
+    if (record == "data.pkl") {
+      records.pickle = index;
+    } else if (record == ".data/version") {
+      records.version = index;
+    } else if (record == "version") {
+      plain_version = index;
+    } else if (record == "byteorder") {
+      records.byteorder = index;
+    } else if (record.rfind("data/", 0) == 0) {
+      records.storages.emplace_back(record.substr(5), index);
+    }
+  }
+  if (!records.version) {
+    records.version = plain_version;
+  }
+  return records;
+}
+
+// A small text record (version, byteorder) whole; one stating more than at_most is refused.
+std::string read_short_record(const ZipReader& zip, zip_uint64_t index, zip_uint64_t at_most) {
+  if (zip.unpacked_size(index) > at_most) {
+    zip.fail(fmt::format("entry {} says it holds {} bytes; it is a few bytes of text in a "
+                         "torch.save file",
+                         printable(zip.name(index)), zip.unpacked_size(index)));
+  }
+  std::string text;
+  zip.read(index, [&](const char* data, size_t n) { text.append(data, n); });
+  return text;
+}
+
+// The archive's format version, checked as libtorch's reader checks it: the unpickler reads
+// container type tags differently below version 3.
+uint64_t read_format_version(const ZipReader& zip, const TensorArchiveRecords& records) {
+  if (!records.version) {
+    zip.fail("no version record: not a torch.save archive");
+  }
+  std::string text = read_short_record(zip, *records.version, 32);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.pop_back();
+  }
+  uint64_t version = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), version);
+  if (error != std::errc() || end != text.data() + text.size() ||
+      version < caffe2::serialize::kMinSupportedFileFormatVersion ||
+      version > caffe2::serialize::kMaxSupportedFileFormatVersion) {
+    zip.fail(fmt::format("its format version '{}' is not one this libtorch reads ({} to {})",
+                         printable(text), caffe2::serialize::kMinSupportedFileFormatVersion,
+                         caffe2::serialize::kMaxSupportedFileFormatVersion));
+  }
+  return version;
+}
+
+// The storage record's bytes in memory of their own, taken only once they are counted: the
+// directory's size is a claim, and a few bytes of deflate can claim a gigabyte.
+at::DataPtr read_storage(const ZipReader& zip, zip_uint64_t index) {
+  const zip_uint64_t bytes = zip.counted_size(index);
+  at::DataPtr storage = c10::GetCPUAllocator()->allocate(bytes);
+  char* to = static_cast<char*>(storage.get());
+  zip.read(index, [&](const char* data, size_t n) {  // at most `bytes` in all (zip_reader.h)
+    std::memcpy(to, data, n);
+    to += n;
+  });
+  return storage;
 }
 
 }  // namespace
@@ -114,63 +225,65 @@ at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& 
     throw UsageError(fmt::format("{} is {} bytes, more than the {}-byte limit for a tensor file",
                                  source, bytes.size(), max_bytes));
   }
-  // Look inside the archive first: its records' sizes bound what unpickling will allocate, and
-  // a TorchScript archive (code/, constants.pkl) gets a message of its own: it is never loaded,
-  // since loading one runs the code it holds.
-  // One reader for the look inside and the unpickling, over a bounded adapter (not
-  // torch::jit::pickle_load, whose adapter reads past the end of a damaged archive).
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
-  uint64_t record_bytes = 0;
-  std::vector<uint64_t> storage_records;  // sizes of the data/<key> records
-  try {
-    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-        std::make_shared<BoundedReadAdapter>(bytes));
-    for (const std::string& record : archive->getAllRecords()) {
-      if (record == "constants.pkl" || record.rfind("code/", 0) == 0) {
-        throw UsageError(fmt::format(
-            "{} is a TorchScript archive (torch.jit.save), not a tensor: the app does not load "
-            "code from a data file. Tensor files are torch.save(tensor) (scripted/export.py "
-            "writes them so since its manifest format 1; re-export an older repository)",
-            source));
-      }
-      const uint64_t size = archive->getRecordSize(record);
-      record_bytes += size;
-      if (record.rfind("data/", 0) == 0) {
-        storage_records.push_back(size);
-      }
-    }
-  } catch (const UsageError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw UsageError(fmt::format("cannot read a tensor from {}: not a torch.save archive ({})",
-                                 source, torch_error_message(e)));
-  }
-  if (record_bytes > max_bytes) {
-    throw UsageError(fmt::format("{}: its records unpack to {} bytes, more than the {}-byte "
-                                 "limit for a tensor file",
-                                 source, record_bytes, max_bytes));
-  }
+  // Every record is found and its stated size bounded before any is read; a TorchScript
+  // archive (code/, constants.pkl) gets a message of its own and is never loaded, since
+  // loading one runs the code it holds.
+  const ZipReader zip(bytes, fmt::format("cannot read a tensor from {}", source));
+  const TensorArchiveRecords records = find_records(zip, source, max_bytes);
   // torch.save of one tensor (or a view of one) writes one storage.
-  if (storage_records.size() != 1) {
+  if (records.storages.size() != 1) {
     throw UsageError(fmt::format("{} holds {} tensor storages; expected the one of a "
                                  "torch.save(tensor) file",
-                                 source, storage_records.size()));
+                                 source, records.storages.size()));
   }
-
-  {
-    const auto [pickle, pickle_size] = read_record(*archive, "data.pkl", source);
-    check_tensor_pickle(
-        std::string_view(static_cast<const char*>(pickle.get()), pickle_size), source);
+  if (!records.pickle) {
+    zip.fail("no data.pkl: not a torch.save archive");
   }
+  if (records.byteorder) {
+    const std::string order = read_short_record(zip, *records.byteorder, 16);
+    if (order != "little") {
+      zip.fail(fmt::format("its values are stored in byte order '{}'; the app reads "
+                           "little-endian files (torch.save on x86 and ARM writes them)",
+                           printable(order)));
+    }
+  }
+  const uint64_t version = read_format_version(zip, records);
 
+  std::string pickle;
+  zip.read(*records.pickle, [&](const char* data, size_t n) { pickle.append(data, n); });
+  check_tensor_pickle(pickle, source);
+
+  const std::string& storage_key = records.storages.front().first;
+  const zip_uint64_t storage_index = records.storages.front().second;
+  const zip_uint64_t storage_bytes = zip.unpacked_size(storage_index);
+  at::DataPtr storage = read_storage(zip, storage_index);
+  bool storage_taken = false;
   c10::IValue value;
   try {
-    // What torch::jit::pickle_load does, on the CPU: no type resolver and no object loader, so
-    // a pickle naming a TorchScript class or anything but tensors and containers is an error.
-    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                              /*type_resolver=*/std::nullopt,
-                                              /*obj_loader=*/std::nullopt,
-                                              /*device=*/at::Device(at::kCPU), *archive);
+    // What torch::pickle_load does, on the CPU: no type resolver and no object loader, so a
+    // pickle naming a TorchScript class or anything but tensors and containers is an error.
+    size_t pickle_read = 0;
+    auto reader = [&](char* buffer, size_t n) -> size_t {
+      const size_t available = std::min(n, pickle.size() - pickle_read);
+      std::memcpy(buffer, pickle.data() + pickle_read, available);
+      pickle_read += available;
+      return available;
+    };
+    auto read_record = [&](const std::string& key) -> at::DataPtr {
+      if (key != storage_key || storage_taken) {
+        throw UsageError(fmt::format("{}: its pickle asks for storage '{}', the file holds one "
+                                     "storage '{}' (read once)",
+                                     source, printable(key), printable(storage_key)));
+      }
+      storage_taken = true;
+      return std::move(storage);
+    };
+    torch::jit::Unpickler unpickler(reader, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
+                                    read_record, at::Device(at::kCPU));
+    unpickler.set_version(version);
+    value = unpickler.parse_ivalue();
+  } catch (const UsageError&) {
+    throw;
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("cannot read a tensor from {}: {}", source,
                                  torch_error_message(e)));
@@ -189,7 +302,7 @@ at::Tensor tensor_from_bytes(const std::vector<char>& bytes, const std::string& 
                                  "bfloat16 or float64",
                                  source, c10::toString(tensor.scalar_type())));
   }
-  check_tensor_fits_its_storage(tensor, source, storage_records.front(), max_bytes);
+  check_tensor_fits_its_storage(tensor, source, storage_bytes, max_bytes);
   // A copy: its storage is exactly its values, not the file's storage with a size the file
   // stated.
   return tensor.cpu().clone(at::MemoryFormat::Contiguous);

@@ -21,9 +21,10 @@ namespace fusedops_app {
 inline constexpr std::uintmax_t kDefaultMaxTensorFileBytes = std::uintmax_t{1} << 30;
 inline constexpr const char* kMaxTensorFileOption = "--max-tensor-file-mib";
 
-// A tensor from the bytes of a torch.save(tensor) / torch::pickle_save file, read as
-// torch::pickle_load reads it (libtorch's restricted unpickler, which builds tensors and
-// containers and runs no code), over an adapter that never reads past the bytes. Only one
+// A tensor from the bytes of a torch.save(tensor) / torch::pickle_save file, unpickled as
+// torch::pickle_load does (libtorch's restricted unpickler, which builds tensors and
+// containers and runs no code), its records read with libzip (zip_reader.h: every stated size
+// is bounded, and counted before memory of that size is taken). Only one
 // dense floating tensor (float32, float16, bfloat16, float64) is accepted, and only once its
 // sizes, strides and offset are checked to lie within the storage record the file holds (the
 // C++ unpickler does not check that). A TorchScript archive is refused unread. Throws

@@ -14,8 +14,11 @@ import random
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 import zipfile
@@ -220,6 +223,103 @@ def test_tensor_file_claiming_a_huge_string_is_refused_before_allocating(folder9
         if name.endswith("data.pkl") else data)
     assert_refused(run_app("run", folder98 / "1" / "model.pt", "--input", bomb),
                    "holds a string of 4294901760 bytes (at most 4096 in a tensor's pickle)")
+
+
+def deflated_copy(source: Path, destination: Path) -> None:
+    with zipfile.ZipFile(source) as old, \
+            zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            new.writestr(info.filename, old.read(info))
+
+
+def central_directory_entries(data: bytes, suffix: str) -> list[int]:
+    """Offsets of the central directory entries whose name ends with suffix (the method is at
+    +10, the unpacked size at +24, the name's length at +28, the name at +46)."""
+    offsets, at = [], 0
+    while (at := data.find(b"PK\x01\x02", at)) >= 0:
+        length = struct.unpack_from("<H", data, at + 28)[0]
+        if bytes(data[at + 46:at + 46 + length]).endswith(suffix.encode()):
+            offsets.append(at)
+        at += 4
+    return offsets
+
+
+def deflated_with_a_stated_size(source: Path, destination: Path, suffix: str, size: int) -> None:
+    """source's records deflated, the one ending with suffix stating `size` unpacked bytes in
+    its local header and in the central directory alike: a lie no consistency check sees."""
+    deflated_copy(source, destination)
+    with zipfile.ZipFile(destination) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith(suffix))
+    data = bytearray(destination.read_bytes())
+    struct.pack_into("<I", data, info.header_offset + 22, size)
+    (at,) = central_directory_entries(data, info.filename)
+    struct.pack_into("<I", data, at + 24, size)
+    destination.write_bytes(data)
+
+
+def central_directory_states(source: Path, destination: Path, suffix: str, size: int) -> None:
+    """source with the record ending with suffix said, in the central directory alone, to be
+    deflated to `size` bytes (its local header still says stored): the fuzzer's input."""
+    data = bytearray(source.read_bytes())
+    (at,) = central_directory_entries(data, suffix)
+    struct.pack_into("<H", data, at + 10, zipfile.ZIP_DEFLATED)
+    struct.pack_into("<I", data, at + 24, size)
+    destination.write_bytes(data)
+
+
+def run_app_measured(*args) -> tuple[subprocess.CompletedProcess, int]:
+    """run_app, with the app's peak resident memory in bytes (wait4's: this child alone)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([str(APP), *map(str, args)], stdout=out, stderr=err, text=True)
+        watchdog = threading.Timer(120, child.kill)
+        watchdog.start()
+        try:
+            _, status, usage = os.wait4(child.pid, 0)
+        finally:
+            watchdog.cancel()
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(child.args, child.returncode, out.read(), err.read())
+    return result, usage.ru_maxrss * 1024
+
+
+@pytest.mark.parametrize("record", ["/version", "/.data/serialization_id", "/data/0",
+                                    "/data.pkl"])
+def test_tensor_file_stating_a_huge_record_is_refused_before_allocating(folder98, tmp_path,
+                                                                        record):
+    """A 1.6 KB file whose central directory says its `version` record is deflated to 2 GiB:
+    libtorch's archive reader allocates what a record states before reading it, and the old
+    app took 2.5 GB of memory (6.8 GB through the serialization id) to refuse the file (the
+    fuzzer's finding, CI on ffab145). Now every record is read with libzip: the directory is
+    compared with the local headers, each stated size is bounded before any record is read,
+    and a size under the bound is counted before memory of that size is taken."""
+    full, lying = tmp_path / "full.pt", tmp_path / "lying.pt"
+    torch.save(torch.rand(1, 256), full)
+    model = folder98 / "1" / "model.pt"
+    limit_bytes = 1 << 30
+
+    central_directory_states(full, lying, record, (1 << 31) + 41)
+    result, peak = run_app_measured("run", model, "--input", lying)
+    assert_refused(result, f"cannot read a tensor from {lying}: not a readable zip archive")
+    assert peak < limit_bytes, f"the app peaked at {peak / 2**20:.0f} MiB to refuse a 2 KB file"
+
+    # The same claim in both headers: consistent, and over the tensor-file limit.
+    deflated_with_a_stated_size(full, lying, record, (1 << 31) + 41)
+    assert lying.stat().st_size < 4096
+    result, peak = run_app_measured("run", model, "--input", lying)
+    assert_refused(result, f"entry 'full{record}' alone says 2147483689 bytes",
+                   f"more than the {limit_bytes}-byte limit for a tensor file")
+    assert peak < limit_bytes, f"the app peaked at {peak / 2**20:.0f} MiB to refuse a 2 KB file"
+    if record != "/.data/serialization_id":  # a record the app reads: under the limit, counted
+        deflated_with_a_stated_size(full, lying, record, 1 << 29)
+        result, peak = run_app_measured("run", model, "--input", lying)
+        assert_refused(result, f"cannot read a tensor from {lying}: entry full{record}")
+        assert peak < limit_bytes, f"the app peaked at {peak / 2**20:.0f} MiB"
+
+    deflated = tmp_path / "deflated.pt"  # an honest deflated file is read
+    deflated_copy(full, deflated)
+    assert run_app("run", model, "--input", deflated).returncode == 0
 
 
 def test_tensor_file_size_is_bounded(folder98, tmp_path):

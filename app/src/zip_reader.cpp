@@ -1,0 +1,119 @@
+#include "zip_reader.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "app_error.h"
+#include "printable.h"
+
+namespace fusedops_app {
+
+ZipReader::ZipReader(const std::vector<char>& bytes, std::string context)
+    : context_(std::move(context)) {
+  zip_error_t error;
+  zip_error_init(&error);
+  zip_source_t* data = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
+  if (data != nullptr) {
+    // ZIP_CHECKCONS: also compare the central directory with each local header.
+    archive_ = zip_open_from_source(data, ZIP_RDONLY | ZIP_CHECKCONS, &error);
+    if (archive_ == nullptr) {
+      zip_source_free(data);
+    }
+  }
+  if (archive_ == nullptr) {
+    const std::string cause = zip_error_strerror(&error);
+    zip_error_fini(&error);
+    fail(fmt::format("not a readable zip archive ({})", cause));
+  }
+  zip_error_fini(&error);
+}
+
+ZipReader::~ZipReader() {
+  if (archive_ != nullptr) {
+    zip_discard(archive_);
+  }
+}
+
+zip_uint64_t ZipReader::size() const {
+  const zip_int64_t entries = zip_get_num_entries(archive_, 0);
+  return entries < 0 ? 0 : static_cast<zip_uint64_t>(entries);
+}
+
+std::string ZipReader::name(zip_uint64_t index) const {
+  const char* name = zip_get_name(archive_, index, ZIP_FL_ENC_RAW);
+  if (name == nullptr) {
+    fail(fmt::format("entry {} has no readable name", index));
+  }
+  return name;
+}
+
+zip_uint64_t ZipReader::unpacked_size(zip_uint64_t index) const {
+  zip_stat_t stat;
+  zip_stat_init(&stat);
+  if (zip_stat_index(archive_, index, 0, &stat) != 0 || (stat.valid & ZIP_STAT_SIZE) == 0) {
+    fail(fmt::format("cannot read the size of entry {}", printable(name(index))));
+  }
+  return stat.size;
+}
+
+mode_t ZipReader::file_type(zip_uint64_t index) const {
+  zip_uint8_t system = 0;
+  zip_uint32_t attributes = 0;
+  if (zip_file_get_external_attributes(archive_, index, 0, &system, &attributes) != 0) {
+    fail(fmt::format("cannot read the attributes of entry {}", printable(name(index))));
+  }
+  return system == ZIP_OPSYS_UNIX ? static_cast<mode_t>((attributes >> 16) & S_IFMT) : 0;
+}
+
+void ZipReader::read(zip_uint64_t index,
+                     const std::function<void(const char*, size_t)>& sink) const {
+  const zip_uint64_t stated = unpacked_size(index);
+  zip_file_t* file = zip_fopen_index(archive_, index, 0);
+  if (file == nullptr) {
+    fail(fmt::format("cannot open entry {}: {}", printable(name(index)), zip_strerror(archive_)));
+  }
+  // One byte past the stated size is enough to see an entry holding more.
+  std::vector<char> buffer(std::min<zip_uint64_t>(stated + 1, 1 << 20));
+  zip_uint64_t total = 0;
+  try {
+    for (;;) {
+      const zip_int64_t got = zip_fread(file, buffer.data(), buffer.size());
+      if (got < 0) {
+        fail(fmt::format("cannot read entry {}: {}", printable(name(index)),
+                         zip_file_strerror(file)));
+      }
+      if (got == 0) {
+        break;
+      }
+      if (static_cast<zip_uint64_t>(got) > stated - total) {
+        fail(fmt::format("entry {} holds more than the {} bytes its directory says",
+                         printable(name(index)), stated));
+      }
+      total += static_cast<zip_uint64_t>(got);
+      sink(buffer.data(), static_cast<size_t>(got));
+    }
+  } catch (...) {
+    zip_fclose(file);
+    throw;
+  }
+  if (zip_fclose(file) != 0) {
+    fail(fmt::format("entry {} is damaged: {}", printable(name(index)), zip_strerror(archive_)));
+  }
+  if (total != stated) {
+    fail(fmt::format("entry {} holds {} bytes, its directory says {}", printable(name(index)),
+                     total, stated));
+  }
+}
+
+zip_uint64_t ZipReader::counted_size(zip_uint64_t index) const {
+  read(index, [](const char*, size_t) {});
+  return unpacked_size(index);
+}
+
+void ZipReader::fail(const std::string& what) const {
+  throw UsageError(fmt::format("{}: {}", context_, what));
+}
+
+}  // namespace fusedops_app
