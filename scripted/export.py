@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -491,6 +492,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def refuse_output_that_is_not_a_folder(output: Path) -> None:
+    """--output names a repository folder, new or existing; mkdir's FileExistsError said only
+    "File exists" for a file, a FIFO or /dev/null there."""
+    try:
+        mode = output.stat().st_mode
+    except FileNotFoundError:
+        if output.is_symlink():
+            raise NotADirectoryError(f"expected a folder (new or existing) for the model "
+                                     f"repository, got a symbolic link to nothing "
+                                     f"({output.readlink()}); nothing was written") from None
+        return
+    if stat.S_ISDIR(mode):
+        return
+    kinds = {stat.S_ISREG: "a regular file", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR:
+             "a character device", stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    kind = next((name for test, name in kinds.items() if test(mode)), f"mode {mode:o}")
+    raise NotADirectoryError(f"expected a folder (new or existing) for the model repository, "
+                             f"got {kind}; nothing was written")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"fusedops {torch.ops.fusedops.version()} ({fusedops.library_path}), "
@@ -499,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     # A failure is one line naming what failed and exit status 2, as for a bad argument; a
     # model folder being written when it happens stays as it was (scripted/model_folder.py).
     try:
+        refuse_output_that_is_not_a_folder(args.output)
         args.output.mkdir(parents=True, exist_ok=True)
         for spec in make_specs(args):
             doing = f"exporting {spec.model_name}"

@@ -908,12 +908,22 @@ def test_killed_reexport_leaves_the_previous_folder_and_its_leftovers_go(tmp_pat
     (["--device", "meta"], "argument --device: expected cpu, cuda or cuda:N, got 'meta'"),
     (["--seed", "-1"], "argument --seed: expected an integer from 0 to 9223372036854775807, "
                        "got -1"),
-    (["--output-is-a-file"], "error: --output"),
+    (["--output-is-a-file"], "expected a folder (new or existing) for the model repository, "
+                             "got a regular file; nothing was written"),
+    (["--output-is-a-fifo"], "got a FIFO; nothing was written"),
+    (["--output-is-a-dangling-link"], "got a symbolic link to nothing (missing)"),
 ])
 def test_export_errors_are_one_line_and_exit_2(tmp_path, args, needle):
+    """mkdir's "FileExistsError: File exists" was all a file, a FIFO or a dangling link as
+    --output got."""
     output = tmp_path / "out"
     if args == ["--output-is-a-file"]:
         output.write_text("a file")
+    elif args == ["--output-is-a-fifo"]:
+        os.mkfifo(output)
+    elif args == ["--output-is-a-dangling-link"]:
+        output.symlink_to("missing")
+    if args[0].startswith("--output-is-"):
         args = []
     result = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
                              "--models", "98", "--formats", "pt", "--output", str(output),
@@ -923,3 +933,5 @@ def test_export_errors_are_one_line_and_exit_2(tmp_path, args, needle):
     assert "Traceback" not in result.stderr, result.stderr
     assert needle in result.stderr.strip().splitlines()[-1], result.stderr
     assert not output.is_dir(), "a refused export left a folder"
+    if output.is_file():
+        assert output.read_text() == "a file"
