@@ -322,6 +322,16 @@ def test_tensor_file_stating_a_huge_record_is_refused_before_allocating(folder98
     assert run_app("run", model, "--input", deflated).returncode == 0
 
 
+def test_tensor_file_in_big_endian_byte_order_is_refused(folder98, tmp_path):
+    """torch.save records the byte order its values are in; the old app read a file marked
+    'big' as little-endian and ran the model on the swapped values (exit status 0)."""
+    full, big = tmp_path / "full.pt", tmp_path / "big.pt"
+    torch.save(torch.rand(1, 256), full)
+    rewrite_zip(full, big, lambda name, data: b"big" if name.endswith("/byteorder") else data)
+    assert_refused(run_app("run", folder98 / "1" / "model.pt", "--input", big),
+                   "its values are stored in byte order 'big'")
+
+
 def test_tensor_file_size_is_bounded(folder98, tmp_path):
     huge = tmp_path / "huge.pt"
     with open(huge, "wb") as file:  # sparse: 1.5 GiB on paper, nothing on disk
