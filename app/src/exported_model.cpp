@@ -23,6 +23,7 @@
 #include "printable.h"
 #include "repository_layout.h"
 #include "tensor_io.h"
+#include "zip_reader.h"
 
 namespace fusedops_app {
 
@@ -189,6 +190,10 @@ ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::
 ExportedModel ExportedModel::load_torchscript(const std::filesystem::path& path,
                                               const std::vector<char>& bytes,
                                               const c10::Device& device) {
+  // libtorch's reader allocates each record's stated size before reading it: a damaged size
+  // field in a model loaded --allow-unverified had taken 2.5 GB, and the model then ran.
+  // Opening the archive with ZipReader refuses such a field first (zip_reader.h).
+  (void)ZipReader(bytes, fmt::format("cannot load {} as a TorchScript model", path.string()));
   torch::jit::ExtraFilesMap extra_files{{kMetadataFileName, ""}};
   torch::jit::Module module;
   try {

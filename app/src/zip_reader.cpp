@@ -28,6 +28,12 @@ ZipReader::ZipReader(const std::vector<char>& bytes, std::string context)
     fail(fmt::format("not a readable zip archive ({})", cause));
   }
   zip_error_fini(&error);
+  try {
+    refuse_impossible_sizes();
+  } catch (...) {
+    zip_discard(archive_);  // a constructor that throws runs no destructor
+    throw;
+  }
 }
 
 ZipReader::~ZipReader() {
@@ -110,6 +116,31 @@ void ZipReader::read(zip_uint64_t index,
 zip_uint64_t ZipReader::counted_size(zip_uint64_t index) const {
   read(index, [](const char*, size_t) {});
   return unpacked_size(index);
+}
+
+void ZipReader::refuse_impossible_sizes() const {
+  // Deflate codes at most 258 bytes in a match of at least 2 bits: 1032 bytes per stored byte.
+  constexpr zip_uint64_t kDeflateMaxRatio = 1032;
+  for (zip_uint64_t index = 0; index < size(); ++index) {
+    zip_stat_t stat;
+    zip_stat_init(&stat);
+    constexpr zip_uint64_t kNeeded = ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD;
+    if (zip_stat_index(archive_, index, 0, &stat) != 0 || (stat.valid & kNeeded) != kNeeded) {
+      fail(fmt::format("cannot read the sizes of entry {}", printable(name(index))));
+    }
+    const bool possible =
+        stat.comp_method == ZIP_CM_STORE     ? stat.size == stat.comp_size
+        : stat.comp_method == ZIP_CM_DEFLATE ? stat.size / kDeflateMaxRatio <= stat.comp_size
+                                             : false;
+    if (!possible) {
+      fail(fmt::format("entry {} says it unpacks to {} bytes from {} bytes {}: the archive is "
+                       "damaged",
+                       printable(name(index)), stat.size, stat.comp_size,
+                       stat.comp_method == ZIP_CM_STORE     ? "stored"
+                       : stat.comp_method == ZIP_CM_DEFLATE ? "deflated"
+                                                            : "in an unsupported method"));
+    }
+  }
 }
 
 void ZipReader::fail(const std::string& what) const {

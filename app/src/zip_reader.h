@@ -23,6 +23,11 @@ namespace fusedops_app {
 // failure is a UsageError beginning with context ("cannot read a tensor from x.pt", ...).
 class ZipReader {
  public:
+  // Opens the archive, and refuses it unless its central directory agrees with each local
+  // header and every entry's stated size is one its stored bytes can unpack to: exactly its
+  // compressed size when stored, at most 1032 times it when deflated (deflate's largest
+  // ratio). A damaged or forged size field is refused here, before any reader takes it as a
+  // size: ours, or libtorch's, which a TorchScript model is handed on to.
   ZipReader(const std::vector<char>& bytes, std::string context);
   ZipReader(const ZipReader&) = delete;
   ZipReader& operator=(const ZipReader&) = delete;
@@ -45,6 +50,8 @@ class ZipReader {
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
+  void refuse_impossible_sizes() const;
+
   std::string context_;
   zip_t* archive_ = nullptr;
 };

@@ -17,8 +17,6 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
 import zipfile
@@ -267,21 +265,23 @@ def central_directory_states(source: Path, destination: Path, suffix: str, size:
     destination.write_bytes(data)
 
 
+# Runs the app and prints its peak resident memory (KiB) as the last line of stderr. A small
+# process between pytest and the app: a child's ru_maxrss starts at its parent's high-water
+# mark (Linux keeps it across exec, and subprocess forks with vfork), and pytest's own peak
+# was 2.3 GB in CI, which wait4 on the app reported as the app's.
+MEASURE_PEAK = ("import resource, subprocess, sys\n"
+                "code = subprocess.run(sys.argv[1:]).returncode\n"
+                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+                "sys.exit(code if code >= 0 else 128 - code)\n")
+
+
 def run_app_measured(*args) -> tuple[subprocess.CompletedProcess, int]:
-    """run_app, with the app's peak resident memory in bytes (wait4's: this child alone)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen([str(APP), *map(str, args)], stdout=out, stderr=err, text=True)
-        watchdog = threading.Timer(120, child.kill)
-        watchdog.start()
-        try:
-            _, status, usage = os.wait4(child.pid, 0)
-        finally:
-            watchdog.cancel()
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        result = subprocess.CompletedProcess(child.args, child.returncode, out.read(), err.read())
-    return result, usage.ru_maxrss * 1024
+    """run_app, with the app's peak resident memory in bytes."""
+    result = subprocess.run([sys.executable, "-c", MEASURE_PEAK, str(APP), *map(str, args)],
+                            capture_output=True, text=True, timeout=120)
+    *lines, peak_kib = result.stderr.rstrip("\n").split("\n")
+    result.stderr = "\n".join(lines)
+    return result, int(peak_kib) * 1024
 
 
 @pytest.mark.parametrize("record", ["/version", "/.data/serialization_id", "/data/0",
@@ -291,35 +291,65 @@ def test_tensor_file_stating_a_huge_record_is_refused_before_allocating(folder98
     """A 1.6 KB file whose central directory says its `version` record is deflated to 2 GiB:
     libtorch's archive reader allocates what a record states before reading it, and the old
     app took 2.5 GB of memory (6.8 GB through the serialization id) to refuse the file (the
-    fuzzer's finding, CI on ffab145). Now every record is read with libzip: the directory is
-    compared with the local headers, each stated size is bounded before any record is read,
-    and a size under the bound is counted before memory of that size is taken."""
+    fuzzer's finding, CI on ffab145). Now tensor files are read with libzip: the directory must
+    agree with the local headers, a stated size must be one the record's bytes can unpack to,
+    and a record must hold what it states, counted before memory of that size is taken."""
     full, lying = tmp_path / "full.pt", tmp_path / "lying.pt"
     torch.save(torch.rand(1, 256), full)
     model = folder98 / "1" / "model.pt"
-    limit_bytes = 1 << 30
 
     central_directory_states(full, lying, record, (1 << 31) + 41)
     result, peak = run_app_measured("run", model, "--input", lying)
     assert_refused(result, f"cannot read a tensor from {lying}: not a readable zip archive")
-    assert peak < limit_bytes, f"the app peaked at {peak / 2**20:.0f} MiB to refuse a 2 KB file"
+    assert peak < 1 << 30, f"the app peaked at {peak / 2**20:.0f} MiB to refuse a 2 KB file"
 
-    # The same claim in both headers: consistent, and over the tensor-file limit.
+    # The same claim in both headers: consistent, but more than deflate can unpack to.
     deflated_with_a_stated_size(full, lying, record, (1 << 31) + 41)
     assert lying.stat().st_size < 4096
     result, peak = run_app_measured("run", model, "--input", lying)
-    assert_refused(result, f"entry 'full{record}' alone says 2147483689 bytes",
-                   f"more than the {limit_bytes}-byte limit for a tensor file")
-    assert peak < limit_bytes, f"the app peaked at {peak / 2**20:.0f} MiB to refuse a 2 KB file"
-    if record != "/.data/serialization_id":  # a record the app reads: under the limit, counted
-        deflated_with_a_stated_size(full, lying, record, 1 << 29)
-        result, peak = run_app_measured("run", model, "--input", lying)
-        assert_refused(result, f"cannot read a tensor from {lying}: entry full{record}")
-        assert peak < limit_bytes, f"the app peaked at {peak / 2**20:.0f} MiB"
+    assert_refused(result, f"entry full{record} says it unpacks to 2147483689 bytes from",
+                   "deflated: the archive is damaged")
+    assert peak < 1 << 30, f"the app peaked at {peak / 2**20:.0f} MiB to refuse a 2 KB file"
+
+    if record != "/.data/serialization_id":  # a record the app reads: a claim deflate allows
+        deflated_copy(full, lying)
+        with zipfile.ZipFile(lying) as zf:
+            info = zf.getinfo("full" + record)
+        claim = info.file_size + 1  # one byte more than it holds
+        deflated_with_a_stated_size(full, lying, record, claim)
+        assert_refused(run_app("run", model, "--input", lying),
+                       f"cannot read a tensor from {lying}: entry full{record} holds "
+                       f"{info.file_size} bytes, its directory says {claim}")
 
     deflated = tmp_path / "deflated.pt"  # an honest deflated file is read
     deflated_copy(full, deflated)
     assert run_app("run", model, "--input", deflated).returncode == 0
+
+
+def test_tensor_file_unpacking_past_the_limit_is_refused_before_reading(folder98, tmp_path):
+    """4 MiB of zeros deflate to a few KB: the file is under a 1 MiB limit, its records are
+    not, and the stated sizes are compared with the limit before any record is read."""
+    zeros, deflated = tmp_path / "zeros.pt", tmp_path / "deflated.pt"
+    torch.save(torch.zeros(4096, 256), zeros)
+    deflated_copy(zeros, deflated)
+    assert deflated.stat().st_size < 1 << 20
+    assert_refused(run_app("--max-tensor-file-mib", 1, "run", folder98 / "1" / "model.pt",
+                           "--input", deflated),
+                   "its records unpack to more than the 1048576-byte limit for a tensor file "
+                   "(entry 'zeros/data/0' alone says 4194304 bytes)")
+
+
+def test_model_file_with_a_damaged_size_field_is_refused(folder98):
+    """libtorch's reader, which loads TorchScript models, allocates each record's stated size:
+    a model.pt whose directory said its `version` record was deflated to 2 GiB, loaded
+    --allow-unverified (no manifest to catch the damage), took 2.5 GB and then ran, exit 0."""
+    (folder98 / MANIFEST).unlink()
+    model = folder98 / "1" / "model.pt"
+    central_directory_states(model, model, "/version", (1 << 31) + 41)
+    result, peak = run_app_measured("--allow-unverified", "run", model)
+    assert_refused(result, f"cannot load {model} as a TorchScript model: not a readable zip "
+                           "archive")
+    assert peak < 1 << 30, f"the app peaked at {peak / 2**20:.0f} MiB"
 
 
 def test_tensor_file_in_big_endian_byte_order_is_refused(folder98, tmp_path):
