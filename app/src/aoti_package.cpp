@@ -88,24 +88,17 @@ void write_new_file(const fs::path& path, const ZipReader& zip, zip_uint64_t ind
 AotiPackageContents inspect_aoti_package(const std::vector<char>& bytes,
                                          const std::string& source) {
   const ZipReader zip(bytes, package_context(source));
-  const zip_uint64_t entries = zip.size();
-  if (entries == 0) {
-    zip.fail("the archive is empty");
-  }
-  // Every entry lies under one top folder ("model/"), as torch's PyTorchStreamWriter writes.
-  const std::string first = zip.name(0);
-  const std::string prefix = first.substr(0, first.find('/')) + "/";
+  const std::string prefix = zip.top_folder();
   const std::string model_folder = prefix + "data/aotinductor/" + kAotiPackageModelName + "/";
   const std::string constants_folder = prefix + "data/constants/";
 
   AotiPackageContents contents;
-  std::set<std::string> seen;
   std::set<std::string> unpacked_names;
   std::uintmax_t unpacked_bytes = 0;
   std::string metadata_text;
   bool has_metadata = false;
   int libraries = 0;
-  for (zip_uint64_t index = 0; index < entries; ++index) {
+  for (zip_uint64_t index = 0; index < zip.size(); ++index) {
     std::string name = zip.name(index);
     const bool is_folder_entry = !name.empty() && name.back() == '/';
     const std::string path = is_folder_entry ? name.substr(0, name.size() - 1) : name;
@@ -114,13 +107,6 @@ AotiPackageContents inspect_aoti_package(const std::vector<char>& bytes,
                            "'..', '.', an empty part, a backslash or a control character); "
                            "nothing was unpacked",
                            printable(name)));
-    }
-    if (!seen.insert(path).second) {
-      zip.fail(fmt::format("entry '{}' appears twice", printable(name)));
-    }
-    if (path.rfind(prefix, 0) != 0) {
-      zip.fail(fmt::format("entry '{}' is outside the archive's top folder '{}'",
-                           printable(name), printable(prefix)));
     }
     const mode_t type = zip.file_type(index);
     if (type == S_IFLNK) {

@@ -15,7 +15,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <string_view>
 #include <tuple>
 
@@ -109,35 +108,17 @@ struct TensorArchiveRecords {
   std::optional<zip_uint64_t> version;    // .data/version, else version
   std::optional<zip_uint64_t> byteorder;  // byteorder
   std::vector<std::pair<std::string, zip_uint64_t>> storages;  // data/<key>
-  uint64_t stated_bytes = 0;  // what every record's directory entry says it unpacks to
 };
 
 TensorArchiveRecords find_records(const ZipReader& zip, const std::string& source,
                                   std::uintmax_t max_bytes) {
   TensorArchiveRecords records;
-  const zip_uint64_t entries = zip.size();
-  if (entries == 0) {
-    zip.fail("the archive is empty");
-  }
-  const std::string first = zip.name(0);
-  const size_t slash = first.find('/');
-  if (slash == std::string::npos || slash == 0) {
-    zip.fail(fmt::format("entry '{}' is not in a top folder, as torch.save writes every record",
-                         printable(first)));
-  }
-  const std::string prefix = first.substr(0, slash + 1);
-  std::set<std::string> seen;
+  const std::string prefix = zip.top_folder();
   std::optional<zip_uint64_t> plain_version;
-  for (zip_uint64_t index = 0; index < entries; ++index) {
+  uint64_t stated_bytes = 0;  // what every record's directory entry says it unpacks to
+  for (zip_uint64_t index = 0; index < zip.size(); ++index) {
     const std::string name = zip.name(index);
-    if (name.rfind(prefix, 0) != 0) {
-      zip.fail(fmt::format("entry '{}' is outside the archive's top folder '{}'",
-                           printable(name), printable(prefix)));
-    }
     const std::string record = name.substr(prefix.size());
-    if (!seen.insert(record).second) {
-      zip.fail(fmt::format("entry '{}' appears twice", printable(name)));
-    }
     if (record == "constants.pkl" || record.rfind("code/", 0) == 0) {
       throw UsageError(fmt::format(
           "{} is a TorchScript archive (torch.jit.save), not a tensor: the app does not load "
@@ -146,12 +127,12 @@ TensorArchiveRecords find_records(const ZipReader& zip, const std::string& sourc
           source));
     }
     const zip_uint64_t stated = zip.unpacked_size(index);
-    if (stated > max_bytes || records.stated_bytes > max_bytes - stated) {
+    if (stated > max_bytes || stated_bytes > max_bytes - stated) {
       throw UsageError(fmt::format("{}: its records unpack to more than the {}-byte limit for "
                                    "a tensor file (entry '{}' alone says {} bytes)",
                                    source, max_bytes, printable(name), stated));
     }
-    records.stated_bytes += stated;
+    stated_bytes += stated;
     if (record == "data.pkl") {
       records.pickle = index;
     } else if (record == ".data/version") {

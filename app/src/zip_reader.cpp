@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <set>
 
 #include "app_error.h"
 #include "printable.h"
@@ -116,6 +117,33 @@ void ZipReader::read(zip_uint64_t index,
 zip_uint64_t ZipReader::counted_size(zip_uint64_t index) const {
   read(index, [](const char*, size_t) {});
   return unpacked_size(index);
+}
+
+std::string ZipReader::top_folder() const {
+  if (size() == 0) {
+    fail("the archive is empty");
+  }
+  const std::string first = name(0);
+  const size_t slash = first.find('/');
+  if (slash == std::string::npos || slash == 0) {
+    fail(fmt::format("entry '{}' is not in a top folder, where torch writes every entry",
+                     printable(first)));
+  }
+  const std::string folder = first.substr(0, slash + 1);
+  std::set<std::string> seen;
+  for (zip_uint64_t index = 0; index < size(); ++index) {
+    const std::string entry = name(index);
+    const bool is_folder_entry = !entry.empty() && entry.back() == '/';
+    const std::string path = is_folder_entry ? entry.substr(0, entry.size() - 1) : entry;
+    if (!seen.insert(path).second) {
+      fail(fmt::format("entry '{}' appears twice", printable(entry)));
+    }
+    if (path.rfind(folder, 0) != 0) {
+      fail(fmt::format("entry '{}' is outside the archive's top folder '{}'", printable(entry),
+                       printable(folder)));
+    }
+  }
+  return folder;
 }
 
 void ZipReader::refuse_impossible_sizes() const {

@@ -46,6 +46,10 @@ class ZipReader {
   void read(zip_uint64_t index, const std::function<void(const char*, size_t)>& sink) const;
   // read, keeping nothing: the stated size once it is a fact, which the caller may allocate.
   zip_uint64_t counted_size(zip_uint64_t index) const;
+  // The one top folder every entry lies under, with its "/" ("archive/", "model/"), as
+  // libtorch's PyTorchStreamWriter writes archives; fails on an empty archive, an entry outside
+  // the folder and a name given twice (a folder entry "x/" and a file "x" are one name).
+  std::string top_folder() const;
 
   [[noreturn]] void fail(const std::string& what) const;
 
