@@ -26,7 +26,7 @@ c10::TypedOperatorHandle<Signature> find_op(const char* name) {
 
 at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                          const at::Tensor& bias, int64_t pool_kernel_size,
-                                         double scale_factor, bool cache_folds,
+                                         double scale_factor, std::optional<bool> cache_folds,
                                          c10::string_view numerics) {
   static auto op = find_op<decltype(matmul_avgpool_gelu_scale_max)>(
       "fusedops::matmul_avgpool_gelu_scale_max");
@@ -35,7 +35,7 @@ at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& 
 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
                                                       const at::Tensor& weight,
-                                                      const at::Tensor& bias, bool cache_folds,
+                                                      const at::Tensor& bias, std::optional<bool> cache_folds,
                                                       c10::string_view numerics) {
   static auto op = find_op<decltype(matmul_sum_max_avgpool_logsumexp_logsumexp)>(
       "fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp");
@@ -47,7 +47,8 @@ at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
                                 const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                 at::Tensor& running_mean, at::Tensor& running_var,
                                 at::Tensor& num_batches_tracked, bool training,
-                                std::optional<double> momentum, double eps, bool cache_folds,
+                                std::optional<double> momentum, double eps,
+                                std::optional<bool> cache_folds,
                                 c10::string_view numerics) {
   static auto op = find_op<decltype(gemm_scale_batchnorm)>("fusedops::gemm_scale_batchnorm");
   return op.call(x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var,
@@ -57,7 +58,8 @@ at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
 at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weight,
                                           const at::Tensor& bias, int64_t num_groups,
                                           const at::Tensor& gn_weight, const at::Tensor& gn_bias,
-                                          double eps, double negative_slope, bool cache_folds,
+                                          double eps, double negative_slope,
+                                          std::optional<bool> cache_folds,
                                           c10::string_view numerics) {
   static auto op = find_op<decltype(matmul_groupnorm_leakyrelu_sum)>(
       "fusedops::matmul_groupnorm_leakyrelu_sum");
@@ -94,19 +96,22 @@ void reload_settings() { plan::reload_settings(); }
 
 // numerics (common/numerics.h) comes last and has a default, so that a TorchScript module
 // exported before it existed (its graph calls the op without it) still loads and runs.
+// cache_folds: None (the default) applies the fold cache's rule for raw calls, True caches
+// under autograd too (ModelNew passes it), False never caches (common/fold_cache.h); a module
+// exported when it was a plain bool passes a bool, which the optional takes.
 TORCH_LIBRARY(fusedops, m) {
   m.def("matmul_avgpool_gelu_scale_max(Tensor x, Tensor weight, Tensor bias, "
-        "int pool_kernel_size, float scale_factor, *, bool cache_folds=True, "
+        "int pool_kernel_size, float scale_factor, *, bool? cache_folds=None, "
         "str numerics=\"accurate\") -> Tensor");
   m.def("matmul_sum_max_avgpool_logsumexp_logsumexp(Tensor x, Tensor weight, Tensor bias, *, "
-        "bool cache_folds=True, str numerics=\"accurate\") -> Tensor");
+        "bool? cache_folds=None, str numerics=\"accurate\") -> Tensor");
   m.def("gemm_scale_batchnorm(Tensor x, Tensor weight, Tensor bias, Tensor scale, "
         "Tensor bn_weight, Tensor bn_bias, Tensor(a!) running_mean, Tensor(b!) running_var, "
         "Tensor(c!) num_batches_tracked, bool training, float? momentum, float eps, *, "
-        "bool cache_folds=True, str numerics=\"accurate\") -> Tensor");
+        "bool? cache_folds=None, str numerics=\"accurate\") -> Tensor");
   m.def("matmul_groupnorm_leakyrelu_sum(Tensor x, Tensor weight, Tensor bias, "
         "int num_groups, Tensor gn_weight, Tensor gn_bias, float eps, float negative_slope, *, "
-        "bool cache_folds=True, str numerics=\"accurate\") -> Tensor");
+        "bool? cache_folds=None, str numerics=\"accurate\") -> Tensor");
   m.def("avgpool_fold_linear(Tensor weight, Tensor bias, int pool_kernel_size) "
         "-> (Tensor, Tensor)");
   m.def("sum_fold_linear(Tensor weight, Tensor bias) -> (Tensor, Tensor)");
@@ -131,6 +136,10 @@ TORCH_LIBRARY(fusedops, m) {
     dict.insert("misses", stats.misses);
     return dict;
   });
+  // Fold checking (common/fold_cache.h, "Checking"): fold_check(True) opens a scope in which
+  // every cache hit is compared with a fresh fold, fold_check(False) closes one
+  // (fusedops.checking_folds() pairs them).
+  m.def("fold_check(bool open) -> ()", [](bool open) { set_fold_check(open); });
   m.def("version() -> str", [] { return std::string(version()); });
   // What ran (plan/explain.h): record_routes(True) starts recording this thread's GEMM routes,
   // routes_taken() returns them (fusedops.explain wraps the two); reload_settings() reads the

@@ -3,8 +3,11 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench compare"   leave steps
-#     out ("build" reuses the build directories of an earlier call on the same machine)
+#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench compare"
+#     leave steps out ("build" reuses the build directories of an earlier call on the same
+#     machine)
+#   FUSEDOPS_KERNELBENCH   a KernelBench checkout for the harness step (default .carry/kernelbench:
+#     the files bench/kernelbench_eval.py names, e.g. from `git archive` of the pinned commit)
 #   FUSEDOPS_GPU_BUILD_DIR   the build directory (default build-gpu/)
 #   FUSEDOPS_GPU_BASELINE=DIR   also build the source tree in DIR (an earlier commit, e.g.
 #     `git archive <commit> | tar -x -C .carry/base`), beside this one, and after the benchmark
@@ -28,13 +31,13 @@ if [[ -x /usr/bin/g++ ]]; then
 fi
 # The GPU machine reaches no registry: what it lacks travels in the git-ignored folders .whl/
 # (Python wheels: nvidia-cutlass for the sm_90a GEMM, tritonclient + protobuf for the app's
-# config schema) and .carry/debs/ (Debian packages: libzip, libssl). Each is unpacked only when
+# config schema, pydantic and its three dependencies for KernelBench's eval.py) and .carry/debs/ (Debian packages: libzip, libssl). Each is unpacked only when
 # the machine does not have it already: the wheels into .carry/deps/site; the packages, as root
 # (the lent machine is a fresh throwaway one), into / as if installed, so that the app finds
 # libzip where it would on a user's machine (an installed app carries no RUNPATH to a build
 # machine's folders: test_runpath.py); otherwise into .carry/deps/root with LD_LIBRARY_PATH.
 deps="$ROOT/.carry/deps"
-for wheel in "$ROOT"/.whl/{nvidia_cutlass,tritonclient,protobuf}-*.whl; do
+for wheel in "$ROOT"/.whl/{nvidia_cutlass,tritonclient,protobuf,pydantic,pydantic_core,annotated_types,typing_inspection}-*.whl; do
   [[ -f $wheel ]] || continue
   module=$(basename "$wheel"); module=${module%%-*}; module=${module/nvidia_cutlass/cutlass_library}
   [[ $module == protobuf ]] && module=google.protobuf
@@ -158,6 +161,21 @@ done
 if ! skip bench; then
   step bench bench.log "$FUSEDOPS_PYTHON" "$ROOT/bench/bench.py" --json "$OUT/bench.json" "$@"
 fi
+# KernelBench's own harness (issue 35): ModelNew timed as its users time it, in training mode
+# with grad mode on, weights fixed ("cached" folds) and with cache_folds=False ("fresh": a fold
+# every call, what a training step pays), float32 and both half precisions in both numerics.
+KERNELBENCH="${FUSEDOPS_KERNELBENCH:-$ROOT/.carry/kernelbench}"
+if ! skip kernelbench; then
+  if [[ -f $KERNELBENCH/src/kernelbench/eval.py ]]; then
+    step kernelbench kernelbench.log "$FUSEDOPS_PYTHON" "$ROOT/bench/kernelbench_eval.py" \
+      --kernelbench "$KERNELBENCH" --precisions fp32,fp16,bf16 --numerics accurate,eager \
+      --cache-folds on,off --json "$OUT/kernelbench.json"
+  else
+    echo "== kernelbench: no KernelBench checkout at $KERNELBENCH (set FUSEDOPS_KERNELBENCH, or" \
+      "skip the step) ==" >&2
+    status[kernelbench]=1
+  fi
+fi
 if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]] && ! skip compare; then
   # One process per run (a process loads one libfusedops); the runs alternate so that drift
   # over the call falls on both builds alike.
@@ -187,6 +205,7 @@ for name in "${!status[@]}"; do
   printf '%-20s %s\n' "$name" "$([[ ${status[$name]:-1} == 0 ]] && echo ok || echo "FAILED (${status[$name]:-not run})")"
 done
 [[ -f "$OUT/bench.log" ]] && sed -n '/^GPU: /,$p' "$OUT/bench.log"
+[[ -f "$OUT/kernelbench.log" ]] && sed -n "/^KernelBench's harness/,\$p" "$OUT/kernelbench.log"
 [[ -f "$OUT/compare.log" ]] && sed -n '/^model /,$p' "$OUT/compare.log"
 fail=0; for v in "${status[@]}"; do [[ $v == 0 ]] || fail=1; done
 exit $fail

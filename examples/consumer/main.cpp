@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -23,12 +24,12 @@ bool call_operator_by_name() {
   const auto op = c10::Dispatcher::singleton()
                       .findSchemaOrThrow(kOperator, "")
                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        bool, c10::string_view)>();  // x, weight, bias,
-                                                                     // cache_folds, numerics
+                                        std::optional<bool>, c10::string_view)>();
+  // x, weight, bias, cache_folds (nullopt: the raw op's default rule), numerics
   const at::Tensor x = at::rand({8, 64});
   const at::Tensor weight = at::randn({32, 64});
   const at::Tensor bias = at::randn({32});
-  const at::Tensor fused = op.call(x, weight, bias, /*cache_folds=*/true, /*numerics=*/"accurate");
+  const at::Tensor fused = op.call(x, weight, bias, /*cache_folds=*/std::nullopt, /*numerics=*/"accurate");
   const at::Tensor expected = at::linear(x, weight, bias).sum(1, /*keepdim=*/true);
   const bool close = at::allclose(fused, expected, /*rtol=*/1e-4, /*atol=*/1e-4);
   std::cout << kOperator << ": output " << fused.sizes() << ", "

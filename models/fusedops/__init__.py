@@ -13,11 +13,11 @@ __version__ = torch.ops.fusedops.version()
 from .reference import Model18, Model39, Model62, Model98  # noqa: E402
 from .model_new import ModelNew18, ModelNew39, ModelNew62, ModelNew98  # noqa: E402
 from .problems import PROBLEMS, Problem, get_init_inputs, get_inputs, get_problem  # noqa: E402
-from .routes import explain, reload_settings, settings  # noqa: E402
+from .routes import checking_folds, explain, reload_settings, settings  # noqa: E402
 
 __all__ = [
     "Model18", "Model39", "Model62", "Model98",
     "ModelNew18", "ModelNew39", "ModelNew62", "ModelNew98",
     "PROBLEMS", "Problem", "get_init_inputs", "get_inputs", "get_problem",
-    "library_path", "load_library", "explain", "reload_settings", "settings",
+    "library_path", "load_library", "checking_folds", "explain", "reload_settings", "settings",
 ]

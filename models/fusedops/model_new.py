@@ -1,14 +1,19 @@
 """Drop-in replacements for the reference models: same constructor, same submodules (so the
 same parameter names, state_dict and random draws), forward through one fused operator.
 
-Weight folds (model 98's pooled Linear, model 18's column sums, the 3xTF32 split of W on
-CUDA) are cached on the weight tensors inside the operator library, so a steady-state forward
+Weight folds (model 98's pooled Linear, model 18's column sums, the GEMM engines' splits of W
+on CUDA) are cached on the weight tensors inside the operator library, so a steady-state forward
 does not refold, any change of the weights seen by their version counters is followed, and the
-folds are freed with the weights (see ops/common/fold_cache.h). `cache_folds = False` on a
-model computes them afresh on every call (exact, uncached): for hosts that write weights in
-ways the version counter cannot see (memcpy into data_ptr(), numpy views edited in place,
-weights shared with another process). It is a plain attribute: scripted models keep it, and a
-C++ host can set it on a loaded module (module.setattr("cache_folds", false)).
+folds are freed with the weights (see ops/common/fold_cache.h). A ModelNew passes
+`cache_folds=True`: it caches in every mode, with grad mode on and parameters that require grad
+too (KernelBench times it so; an optimizer step, load_state_dict or `param.copy_()` is seen), where
+a raw operator call with the default `cache_folds=None` folds afresh whenever autograd records it
+with a weight that requires grad (gradcheck writes weights through `.data`). `cache_folds = False`
+on a model computes them afresh on every call (exact, uncached): for hosts that write weights in
+ways the version counter cannot see (`.data`, memcpy into data_ptr(), numpy views edited in
+place, weights shared with another process); `fusedops.checking_folds()` finds such writes in a
+test. It is a plain attribute: scripted models keep it, and a C++ host can set it on a loaded
+module (module.setattr("cache_folds", false)).
 
 `load_state_dict` of a ModelNew drops the folds of its tensors (a load_state_dict post-hook):
 it writes the weights in place, which the version counters of ordinary tensors show, but a

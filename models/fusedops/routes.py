@@ -8,9 +8,10 @@ The planner (ops/plan/planner.cpp) picks one GEMM route per call and says why; C
 no GEMM. FUSEDOPS_LOG=routes prints each new choice to stderr instead, process-wide.
 
 The FUSEDOPS_* settings (README: FUSEDOPS_FP32_GEMM, FUSEDOPS_HALF_GEMM, FUSEDOPS_3XTF32_CHUNK,
-FUSEDOPS_LOG) are read from the environment once, at the first call that plans a GEMM;
+FUSEDOPS_LOG, FUSEDOPS_CHECK_FOLDS) are read from the environment once, at first use;
 reload_settings() reads them again, and `with fusedops.settings(FUSEDOPS_HALF_GEMM="cublas"):`
-changes them for a block.
+changes them for a block. `with fusedops.checking_folds():` checks every weight-fold cache hit
+in the block against a fresh fold (what FUSEDOPS_CHECK_FOLDS=1 does for the whole process).
 """
 import contextlib
 import os
@@ -55,3 +56,17 @@ def settings(**values):
         yield
     finally:
         apply(saved)
+
+
+@contextlib.contextmanager
+def checking_folds():
+    """Checks every weight-fold cache hit against a fresh fold while the block runs, in every
+    thread (ops/common/fold_cache.h, "Checking"): a weight written where its version counter does
+    not see it (through .data, its storage, numpy, a host copy) then raises a RuntimeError naming
+    the operator, the fold, the weight's shape and the largest difference, instead of a result
+    computed from the old weights. Each hit costs a fresh fold while the block runs: for tests."""
+    torch.ops.fusedops.fold_check(True)
+    try:
+        yield
+    finally:
+        torch.ops.fusedops.fold_check(False)

@@ -11,8 +11,8 @@
 // not repeated is the reference's of the Linear output to the autocast dtype before the
 // product (this result is the closer to float64).
 #include <ATen/ATen.h>
-
 #include <optional>
+
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -27,7 +27,7 @@ at::Tensor gemm_scale_batchnorm_autocast(const at::Tensor& x, const at::Tensor& 
                                          at::Tensor& running_mean, at::Tensor& running_var,
                                          at::Tensor& num_batches_tracked, bool training,
                                          std::optional<double> momentum, double eps,
-                                         bool cache_folds, c10::string_view numerics) {
+                                         std::optional<bool> cache_folds, c10::string_view numerics) {
   const autocast::AutocastCall<device_type> call;
   if (!call.casts(x)) {
     return gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,

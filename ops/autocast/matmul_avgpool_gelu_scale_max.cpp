@@ -2,6 +2,7 @@
 // avg_pool1d, gelu, `* scale_factor` and max, none of them on a policy list, all in that dtype.
 // So every tensor goes to the autocast dtype and the result stays in it.
 #include <ATen/ATen.h>
+#include <optional>
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -13,7 +14,7 @@ template <c10::DeviceType device_type>
 at::Tensor matmul_avgpool_gelu_scale_max_autocast(const at::Tensor& x, const at::Tensor& weight,
                                                   const at::Tensor& bias,
                                                   int64_t pool_kernel_size, double scale_factor,
-                                                  bool cache_folds, c10::string_view numerics) {
+                                                  std::optional<bool> cache_folds, c10::string_view numerics) {
   const autocast::AutocastCall<device_type> call;
   if (!call.casts(x)) {
     return matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size, scale_factor,

@@ -14,6 +14,7 @@
 // one dtype: it runs in float32 on x, weight and bias rounded to the autocast dtype (the GEMM's
 // products of those values are exact in float32), and the result goes to the input's dtype.
 #include <ATen/ATen.h>
+#include <optional>
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -26,7 +27,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autocast(const at::Tensor& x, const at
                                                    const at::Tensor& bias, int64_t num_groups,
                                                    const at::Tensor& gn_weight,
                                                    const at::Tensor& gn_bias, double eps,
-                                                   double negative_slope, bool cache_folds,
+                                                   double negative_slope, std::optional<bool> cache_folds,
                                                    c10::string_view numerics) {
   const autocast::AutocastCall<device_type> call;
   if (!call.casts(x)) {

@@ -5,6 +5,7 @@
 // its result is widened to float32 on CUDA: the sum is rounded to the autocast dtype once more
 // than the reference rounds it, one unit in its last place at most.
 #include <ATen/ATen.h>
+#include <optional>
 
 #include "autocast/autocast_helpers.h"
 #include "fusedops/fusedops.h"
@@ -16,7 +17,7 @@ template <c10::DeviceType device_type>
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autocast(const at::Tensor& x,
                                                                const at::Tensor& weight,
                                                                const at::Tensor& bias,
-                                                               bool cache_folds,
+                                                               std::optional<bool> cache_folds,
                                                                c10::string_view numerics) {
   const autocast::AutocastCall<device_type> call;
   if (!call.casts(x)) {

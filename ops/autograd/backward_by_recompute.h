@@ -21,7 +21,10 @@
 
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <vector>
+
+#include "common/fold_cache.h"
 
 namespace fusedops::autograd {
 
@@ -37,15 +40,26 @@ inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at
   return false;
 }
 
-// The fold cache's one rule for gradients (common/fold_cache.h, "When folds are cached"): a call
-// that autograd records with a parameter (any tensor argument but x) requiring grad is a
-// training step or a gradient check, whose weights change between calls, possibly through
-// `.data` where no version counter sees it (torch.autograd.gradcheck perturbs them so). Such a
-// call folds afresh: it gets cache_folds = false. Every Autograd kernel passes its parameters.
-inline bool cache_folds_for_call(
-    bool cache_folds, std::initializer_list<std::reference_wrapper<const at::Tensor>> parameters) {
-  return cache_folds && !needs_autograd(parameters);
-}
+// A call that autograd records. It resolves the fold cache's rule (common/fold_cache.h, "When
+// folds are cached") for the kernel below: the caller's cache_folds where given (ModelNew passes
+// true; false never caches), else (a raw op's default) no cache when a parameter (any tensor
+// argument but x) requires grad, for gradcheck perturbs weights through `.data` where no version
+// counter sees it. And for its lifetime it tells the planner whether the call trains its
+// weights (TrainingCall). Every Autograd kernel makes one around Function::apply.
+class RecordedCall {
+ public:
+  RecordedCall(std::optional<bool> cache_folds,
+               std::initializer_list<std::reference_wrapper<const at::Tensor>> parameters)
+      : trains_(needs_autograd(parameters)),
+        cache_folds_(cache_folds.value_or(!trains_)),
+        training_(trains_) {}
+  bool cache_folds() const { return cache_folds_; }
+
+ private:
+  bool trains_;
+  bool cache_folds_;
+  TrainingCall training_;
+};
 
 // Lives for the whole backward: it sets up the recording of the recomputation (see the
 // guards below) and collects its inputs.

@@ -109,7 +109,7 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                          at::Tensor& running_mean, at::Tensor& running_var,
                                          at::Tensor& num_batches_tracked, bool training,
                                          std::optional<double> momentum, double eps,
-                                         bool cache_folds, c10::string_view numerics) {
+                                         std::optional<bool> cache_folds, c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias, scale, bn_weight, bn_bias})) {
     at::Tensor out;
     {
@@ -141,11 +141,10 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
       {"bn_bias", bn_bias}, {"running_mean", running_mean}, {"running_var", running_var}};
   for (const auto& [name, t] : kept) checks::not_inference(kOp, name, t);
   if (training) checks::not_inference(kOp, "num_batches_tracked", num_batches_tracked);
+  const autograd::RecordedCall call(cache_folds, {weight, bias, scale, bn_weight, bn_bias});
   return GemmScaleBatchnormFunction::apply(
       x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var, num_batches_tracked,
-      training, momentum, eps,
-      autograd::cache_folds_for_call(cache_folds, {weight, bias, scale, bn_weight, bn_bias}),
-      numerics);
+      training, momentum, eps, call.cache_folds(), numerics);
 }
 
 }  // namespace

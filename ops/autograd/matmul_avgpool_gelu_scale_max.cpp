@@ -13,6 +13,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
 #include "fusedops/fusedops.h"
@@ -93,7 +95,7 @@ class AvgpoolFoldLinearFunction : public torch::autograd::Function<AvgpoolFoldLi
 at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at::Tensor& weight,
                                                   const at::Tensor& bias,
                                                   int64_t pool_kernel_size,
-                                                  double scale_factor, bool cache_folds,
+                                                  double scale_factor, std::optional<bool> cache_folds,
                                                   c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -103,9 +105,9 @@ at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at:
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
-  return MatmulAvgpoolGeluScaleMaxFunction::apply(
-      x, weight, bias, pool_kernel_size, scale_factor,
-      autograd::cache_folds_for_call(cache_folds, {weight, bias}), numerics);
+  const autograd::RecordedCall call(cache_folds, {weight, bias});
+  return MatmulAvgpoolGeluScaleMaxFunction::apply(x, weight, bias, pool_kernel_size,
+                                                  scale_factor, call.cache_folds(), numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear_autograd(const at::Tensor& weight,

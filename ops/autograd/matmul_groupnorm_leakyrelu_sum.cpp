@@ -8,6 +8,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
 #include "fusedops/fusedops.h"
@@ -73,7 +75,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
                                                    const at::Tensor& bias, int64_t num_groups,
                                                    const at::Tensor& gn_weight,
                                                    const at::Tensor& gn_bias, double eps,
-                                                   double negative_slope, bool cache_folds,
+                                                   double negative_slope, std::optional<bool> cache_folds,
                                                    c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias, gn_weight, gn_bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -84,9 +86,10 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
-  return MatmulGroupnormLeakyreluSumFunction::apply(
-      x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
-      autograd::cache_folds_for_call(cache_folds, {weight, bias, gn_weight, gn_bias}), numerics);
+  const autograd::RecordedCall call(cache_folds, {weight, bias, gn_weight, gn_bias});
+  return MatmulGroupnormLeakyreluSumFunction::apply(x, weight, bias, num_groups, gn_weight,
+                                                    gn_bias, eps, negative_slope,
+                                                    call.cache_folds(), numerics);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
 #include "fusedops/fusedops.h"
@@ -77,7 +79,7 @@ class SumFoldLinearFunction : public torch::autograd::Function<SumFoldLinearFunc
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor& x,
                                                                const at::Tensor& weight,
                                                                const at::Tensor& bias,
-                                                               bool cache_folds,
+                                                               std::optional<bool> cache_folds,
                                                                c10::string_view numerics) {
   if (!autograd::needs_autograd({x, weight, bias})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -87,8 +89,9 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor&
   // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
   // undefined tensor has no device) before the kernel's own message.
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
-  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(
-      x, weight, bias, autograd::cache_folds_for_call(cache_folds, {weight, bias}), numerics);
+  const autograd::RecordedCall call(cache_folds, {weight, bias});
+  return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias,
+                                                               call.cache_folds(), numerics);
 }
 
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear_autograd(const at::Tensor& weight,

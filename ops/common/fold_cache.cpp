@@ -1,13 +1,17 @@
 #include "common/fold_cache.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "plan/settings.h"
 
 #if FUSEDOPS_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -356,7 +360,84 @@ FoldTensors Slot::store(FoldTensors made) {
   return entries.back()->tensors;
 }
 
+void Slot::verify(const FoldTensors& fresh) const {
+  if (entry_ == nullptr) return;
+#if FUSEDOPS_WITH_CUDA
+  // Comparing reads the result on the host, which a capturing stream does not allow.
+  if (entry_->on_cuda() &&
+      is_capturing(c10::cuda::getCurrentCUDAStream(entry_->device_index))) {
+    return;
+  }
+#endif
+  for (size_t i = 0; i < kMaxFoldTensors; ++i) {
+    const at::Tensor& cached = entry_->tensors[i];
+    if (!cached.defined()) continue;
+    const at::Tensor& made = fresh[i];
+    const bool same = made.defined() && made.sizes().equals(cached.sizes()) &&
+                      made.scalar_type() == cached.scalar_type() &&
+                      at::isclose(made, cached, /*rtol=*/0, /*atol=*/0, /*equal_nan=*/true)
+                          .all()
+                          .item<bool>();
+    if (same) continue;
+    const at::Tensor& weight = sources_[0];
+    double largest = std::numeric_limits<double>::quiet_NaN();
+    if (made.defined() && made.sizes().equals(cached.sizes())) {
+      largest = (made.to(at::kDouble) - cached.to(at::kDouble)).abs().nan_to_num(
+                    std::numeric_limits<double>::infinity()).max().item<double>();
+    }
+    const char* op = OperatorCall::current();
+    TORCH_CHECK(false, "fusedops: stale weight fold in ", *op != '\0' ? op : "a fusedops operator",
+                ": the cached ", kind_->name, " (param ", param_, ") of a weight of shape ",
+                weight.sizes(), " (", weight.scalar_type(), ", ", weight.device(),
+                ") differs from a fresh fold by up to ", largest,
+                " (tensor ", i, " of the fold): the weight was written where its version counter "
+                "does not see it (through .data, its storage, numpy or a host copy); call "
+                "clear_fold_cache() after such a write, or use cache_folds=False "
+                "(FUSEDOPS_CHECK_FOLDS / fusedops.checking_folds() found this)");
+  }
+}
+
+namespace {
+thread_local const char* t_operator = "";
+thread_local bool t_training = false;
+std::atomic<int64_t> g_check_scopes{0};
+}  // namespace
+
 }  // namespace fold_cache_detail
+
+OperatorCall::OperatorCall(const char* op, std::optional<bool> cache_folds)
+    : outer_(fold_cache_detail::t_operator), cache_folds_(cache_folds.value_or(true)) {
+  fold_cache_detail::t_operator = op;
+}
+OperatorCall::~OperatorCall() { fold_cache_detail::t_operator = outer_; }
+const char* OperatorCall::current() { return fold_cache_detail::t_operator; }
+
+TrainingCall::TrainingCall(bool trains) : outer_(fold_cache_detail::t_training) {
+  fold_cache_detail::t_training = trains;
+}
+TrainingCall::~TrainingCall() { fold_cache_detail::t_training = outer_; }
+bool TrainingCall::active() { return fold_cache_detail::t_training; }
+
+void set_fold_check(bool open) {
+  using fold_cache_detail::g_check_scopes;
+  if (open) {
+    g_check_scopes.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  int64_t n = g_check_scopes.load(std::memory_order_relaxed);
+  do {
+    TORCH_CHECK(n > 0, "fusedops: set_fold_check(false) closes a fold check scope, but none is "
+                       "open");
+  } while (!g_check_scopes.compare_exchange_weak(n, n - 1, std::memory_order_relaxed));
+}
+
+FoldCheckScope::FoldCheckScope() { set_fold_check(true); }
+FoldCheckScope::~FoldCheckScope() { set_fold_check(false); }
+
+bool fold_check_enabled() {
+  return fold_cache_detail::g_check_scopes.load(std::memory_order_relaxed) > 0 ||
+         plan::settings().check_folds;
+}
 
 FoldCacheStats fold_cache_stats() {
   using namespace fold_cache_detail;

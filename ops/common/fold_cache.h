@@ -27,21 +27,30 @@
 // A fold is keyed by its kind, its parameter and its secondary sources (the bias): weights
 // shared by several models with other biases keep one fold each.
 //
-// When folds are cached at all (the one rule, applied by the Autograd kernels,
-// autograd/backward_by_recompute.h): not for a call that autograd records with a weight that
-// requires grad. That is a training step or a gradient check: its weights change between calls,
-// possibly in ways no version counter sees (torch.autograd.gradcheck perturbs them through
-// `.data`), and a cached fold would buy nothing there. Inference mode, torch.no_grad() and
-// frozen weights use the cache; an eval-mode forward with grad mode on and parameters that
-// require grad is recorded, so it folds afresh.
+// When folds are cached at all (the one rule; a user's sentence in README): a call reuses its
+// weights' folds while their version counters say the weights are unchanged, except that a raw
+// operator call with the default cache_folds=None that autograd records with a weight that
+// requires grad folds afresh; ModelNew passes cache_folds=True, and cache_folds=False never
+// caches. Why the exception: torch.autograd.gradcheck perturbs its inputs through `.data`,
+// which no version counter sees, and a raw op cannot know whether its caller does that. Why
+// ModelNew caches anyway: it owns its weights, and what changes them in training (optimizer
+// steps, load_state_dict, param.copy_(), `param.data = t`) is seen; KernelBench times it with
+// grad mode on, weights fixed, where a fold per call read all of W again (issue 35). The
+// Autograd kernels resolve the rule (autograd/backward_by_recompute.h, RecordedCall); the
+// backend kernels take the resolved value, None meaning cache.
+//
+// Checking (a debugging aid for writes the cache cannot see, below): with FUSEDOPS_CHECK_FOLDS=1
+// or inside a FoldCheckScope (fusedops.h; Python: `with fusedops.checking_folds():`), every cache hit is
+// compared with a fresh fold, and a difference raises an error naming the operator, the fold,
+// the weight's shape and the largest difference. Off, a hit costs one more atomic load.
 //
 // Writes no cache can see, because nothing about the tensor changes but its bytes (remedy:
 // clear_fold_cache() after the write, or cache_folds=False on the model):
 // - in-place writes to an inference tensor (made under torch.inference_mode /
 //   c10::InferenceMode, as Triton loads its models), which has no version counter, made inside
 //   inference mode (ModelNew's load_state_dict clears its own folds, models/fusedops);
-// - writes through `tensor.data` or `detach()` (another tensor, with its own version counter)
-//   in a call that does not need gradients;
+// - writes through `tensor.data` (another tensor, with a version counter of its own; `detach()`
+//   shares the weight's, so its writes are seen);
 // - writes to the storage: `untyped_storage().copy_()`, `storage().fill_()`;
 // - writes from outside torch: a host that memcpy's into data_ptr(), a numpy array aliasing the
 //   weight, share_memory() weights written by another process.
@@ -71,6 +80,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "fusedops/fusedops.h"  // FoldCacheStats, fold_cache_stats(), clear_fold_cache()
@@ -114,6 +124,8 @@ class Slot {
   const FoldTensors* hit();
   // Stores a freshly computed fold (when it can be cached) and returns it.
   FoldTensors store(FoldTensors made);
+  // After a hit: throws when `fresh` differs from the cached fold (see "Checking").
+  void verify(const FoldTensors& fresh) const;
 
  private:
   const FoldKind* kind_;
@@ -141,6 +153,47 @@ FoldTensors compute_fold(Compute&& compute) {
 
 }  // namespace fold_cache_detail
 
+// The operator a backend kernel runs, for the messages of the code below it (thread-local: set
+// for the duration of the kernel, nested kernels restore the outer name), and its resolved
+// cache_folds: None (no Autograd kernel resolved it, or it resolved to caching) caches.
+class OperatorCall {
+ public:
+  OperatorCall(const char* op, std::optional<bool> cache_folds);
+  OperatorCall(const OperatorCall&) = delete;
+  OperatorCall& operator=(const OperatorCall&) = delete;
+  ~OperatorCall();
+  bool cache_folds() const { return cache_folds_; }
+  static const char* current();  // "" outside an operator
+
+ private:
+  const char* outer_;
+  bool cache_folds_;
+};
+
+// A call that autograd records with a weight that requires grad: a training step or a gradient
+// check. Set by the Autograd kernels around the call they record (grad mode is off inside the
+// forward they run, so nothing below them can tell such a call from a torch.no_grad() one);
+// read by the planner, for which such a call's folds last one call whether cached or not (the
+// optimizer writes the weights after it) and whose results must follow the reference's GEMM
+// (training parity).
+class TrainingCall {
+ public:
+  explicit TrainingCall(bool trains);
+  TrainingCall(const TrainingCall&) = delete;
+  TrainingCall& operator=(const TrainingCall&) = delete;
+  ~TrainingCall();
+  static bool active();
+
+ private:
+  bool outer_;
+};
+
+// Opens (true) or closes (false) one fold check scope (FoldCheckScope, fusedops.h): the Python
+// context manager's two halves.
+void set_fold_check(bool open);
+// Whether hits are checked now: FUSEDOPS_CHECK_FOLDS=1 or an open scope.
+bool fold_check_enabled();
+
 // Returns compute()'s fold of `sources` (sources[0] is the weight that owns it), from the cache
 // while still valid. With enabled == false (a model's cache_folds=False) nothing is cached or
 // reused. compute() runs on the calling thread, on the current stream, holding the weight's
@@ -154,6 +207,7 @@ FoldTensors fold_weights(const FoldKind& kind, int64_t param, c10::ArrayRef<at::
   }
   fold_cache_detail::Slot slot(kind, param, sources);
   if (const FoldTensors* cached = slot.hit()) {
+    if (fold_check_enabled()) slot.verify(fold_cache_detail::compute_fold(compute));
     return *cached;
   }
   return slot.store(fold_cache_detail::compute_fold(compute));

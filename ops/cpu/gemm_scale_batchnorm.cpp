@@ -139,7 +139,7 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
                                     const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                     at::Tensor& running_mean, at::Tensor& running_var,
                                     at::Tensor& num_batches_tracked, bool training,
-                                    std::optional<double> momentum, double eps, bool cache_folds,
+                                    std::optional<double> momentum, double eps, std::optional<bool> /*cache_folds: nothing to fold here*/,
                                     c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,

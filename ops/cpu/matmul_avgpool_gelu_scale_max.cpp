@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 #include <vector>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/operator_folds.h"
@@ -136,9 +137,11 @@ void unfolded_rows(const at::Tensor& x_acc, const at::Tensor& weight, const at::
 
 at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tensor& weight,
                                              const at::Tensor& bias, int64_t pool_kernel_size,
-                                             double scale_factor, bool cache_folds,
+                                             double scale_factor, std::optional<bool> cache_folds_arg,
                                              c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
+  const OperatorCall call("matmul_avgpool_gelu_scale_max", cache_folds_arg);
+  const bool cache_folds = call.cache_folds();
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);

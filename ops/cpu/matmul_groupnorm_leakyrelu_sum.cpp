@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -67,7 +68,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
                                               const at::Tensor& bias, int64_t num_groups,
                                               const at::Tensor& gn_weight,
                                               const at::Tensor& gn_bias, double eps,
-                                              double negative_slope, bool cache_folds,
+                                              double negative_slope, std::optional<bool> /*cache_folds: nothing to fold here*/,
                                               c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);

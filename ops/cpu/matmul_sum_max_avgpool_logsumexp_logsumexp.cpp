@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/operator_folds.h"
@@ -123,10 +124,12 @@ at::Tensor eager_linear_sum(const at::Tensor& x, const at::Tensor& weight,
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
                                                           const at::Tensor& weight,
                                                           const at::Tensor& bias,
-                                                          bool cache_folds,
+                                                          std::optional<bool> cache_folds_arg,
                                                           c10::string_view numerics) {
   const Numerics numerics_mode =
       parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
+  const OperatorCall call("matmul_sum_max_avgpool_logsumexp_logsumexp", cache_folds_arg);
+  const bool cache_folds = call.cache_folds();
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "common/checks.h"
+#include "common/fold_cache.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/batchnorm.h"
 #include "cuda/gemm/gemm_3xfp16.h"
@@ -41,9 +42,11 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps, bool cache_folds,
+                                     std::optional<double> momentum, double eps, std::optional<bool> cache_folds_arg,
                                      c10::string_view numerics) {
   const Numerics mode = parse_numerics("gemm_scale_batchnorm", numerics);
+  const OperatorCall call("gemm_scale_batchnorm", cache_folds_arg);
+  const bool cache_folds = call.cache_folds();
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training, eps);
   const c10::cuda::CUDAGuard device_guard(x.device());

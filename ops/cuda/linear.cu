@@ -7,6 +7,7 @@
 
 #include <limits>
 
+#include "common/fold_cache.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/device_facts.h"
 #include "cuda/gemm/cublas.h"
@@ -55,7 +56,8 @@ PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& we
   r.epilogue_fusable = epilogue_fusable;
   r.autocast_form = autocast_form;
   r.training = training;
-  r.folds_cached = cache_folds;
+  // A training step's folds last one call, cached or not (common/fold_cache.h, TrainingCall).
+  r.folds_cached = cache_folds && !TrainingCall::active();
   r.device = device_facts(p.device_index);
   p.plan = plan::plan_gemm(r);
   plan::note_plan(r, p.plan, p.device_index);

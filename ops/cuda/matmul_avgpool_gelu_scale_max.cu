@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -20,9 +21,11 @@ namespace {
 
 at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor, bool cache_folds,
+                                              double scale_factor, std::optional<bool> cache_folds_arg,
                                               c10::string_view numerics) {
   const Numerics mode = parse_numerics("matmul_avgpool_gelu_scale_max", numerics);
+  const OperatorCall call("matmul_avgpool_gelu_scale_max", cache_folds_arg);
+  const bool cache_folds = call.cache_folds();
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous();

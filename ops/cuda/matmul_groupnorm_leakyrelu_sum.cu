@@ -8,8 +8,10 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
+#include "common/fold_cache.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/groupnorm_leakyrelu_sum.h"
 #include "cuda/gemm/gemm_half.h"
@@ -48,9 +50,11 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
                                                const at::Tensor& gn_bias, double eps,
-                                               double negative_slope, bool cache_folds,
+                                               double negative_slope, std::optional<bool> cache_folds_arg,
                                                c10::string_view numerics) {
   const Numerics mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
+  const OperatorCall call("matmul_groupnorm_leakyrelu_sum", cache_folds_arg);
+  const bool cache_folds = call.cache_folds();
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t batch = x.size(0), hidden = weight.size(0);

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -20,9 +21,11 @@ namespace {
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const at::Tensor& bias,
-                                                           bool cache_folds,
+                                                           std::optional<bool> cache_folds_arg,
                                                            c10::string_view numerics) {
   const Numerics mode = parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);
+  const OperatorCall call("matmul_sum_max_avgpool_logsumexp_logsumexp", cache_folds_arg);
+  const bool cache_folds = call.cache_folds();
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();

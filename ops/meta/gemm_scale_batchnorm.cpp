@@ -2,6 +2,7 @@
 // real kernels; here they are only checked.
 #include <ATen/ATen.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -14,7 +15,7 @@ at::Tensor gemm_scale_batchnorm_meta(const at::Tensor& x, const at::Tensor& weig
                                      const at::Tensor& bn_weight, const at::Tensor& bn_bias,
                                      at::Tensor& running_mean, at::Tensor& running_var,
                                      at::Tensor& num_batches_tracked, bool training,
-                                     std::optional<double> momentum, double eps, bool cache_folds,
+                                     std::optional<double> momentum, double eps, std::optional<bool> cache_folds,
                                      c10::string_view numerics) {
   // Checked here too: a bad value fails when traced, not first when run.
   parse_numerics("gemm_scale_batchnorm", numerics);

@@ -2,6 +2,7 @@
 // torch.export trace the op with symbolic sizes.
 #include <ATen/ATen.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -11,7 +12,7 @@ namespace {
 
 at::Tensor matmul_avgpool_gelu_scale_max_meta(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, int64_t pool_kernel_size,
-                                              double scale_factor, bool cache_folds,
+                                              double scale_factor, std::optional<bool> cache_folds,
                                               c10::string_view numerics) {
   // Checked here too: a bad value fails when traced, not first when run.
   parse_numerics("matmul_avgpool_gelu_scale_max", numerics);

@@ -1,6 +1,7 @@
 // Meta (shape-only) kernel for model 62.
 #include <ATen/ATen.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -12,7 +13,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_meta(const at::Tensor& x, const at::Te
                                                const at::Tensor& bias, int64_t num_groups,
                                                const at::Tensor& gn_weight,
                                                const at::Tensor& gn_bias, double eps,
-                                               double negative_slope, bool cache_folds,
+                                               double negative_slope, std::optional<bool> cache_folds,
                                                c10::string_view numerics) {
   // Checked here too: a bad value fails when traced, not first when run.
   parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);

@@ -1,6 +1,7 @@
 // Meta (shape-only) kernels for model 18 and its fold helper.
 #include <ATen/ATen.h>
 #include <torch/library.h>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/numerics.h"
@@ -11,7 +12,7 @@ namespace {
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_meta(const at::Tensor& x,
                                                            const at::Tensor& weight,
                                                            const at::Tensor& bias,
-                                                           bool cache_folds,
+                                                           std::optional<bool> cache_folds,
                                                            c10::string_view numerics) {
   // Checked here too: a bad value fails when traced, not first when run.
   parse_numerics("matmul_sum_max_avgpool_logsumexp_logsumexp", numerics);

@@ -56,9 +56,10 @@ struct GemmRequest {
   // Model 39: BatchNorm in training mode (its epilogue needs the batch's column statistics;
   // in eval mode it is a per-column affine map).
   bool training = false;
-  // W's folds outlive the call (cache_folds: no gradient flows to the weights). Where they do
-  // not, a route whose fold of W is made per call (W's fp16 pair: a pass over W and a host
-  // sync) costs more than the GEMM itself at small batches.
+  // W's folds outlive the call: cached, and the call does not train the weights (a training
+  // step's optimizer writes them after it). Where they do not, a route whose fold of W is made
+  // per call (W's fp16 pair: a pass over W and a host sync) costs more than the GEMM itself at
+  // small batches, and training follows the reference's GEMM.
   bool folds_cached = true;
   // The operator's autocast form (common/checks.h): x and weight in dtype, everything after
   // the Linear float32; the routes are dtype's, the epilogue float32.

@@ -63,6 +63,12 @@ Settings parse_settings(EnvLookup lookup, void* context) {
     s.log_routes = parse_choice(s, "FUSEDOPS_LOG", lookup("FUSEDOPS_LOG", context),
                                 "empty or routes", names, values, false);
   }
+  {
+    static const char* const names[] = {"0", "1"};
+    static const bool values[] = {false, true};
+    s.check_folds = parse_choice(s, "FUSEDOPS_CHECK_FOLDS", lookup("FUSEDOPS_CHECK_FOLDS", context),
+                                 "0 or 1", names, values, false);
+  }
   return s;
 }
 

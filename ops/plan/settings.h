@@ -7,6 +7,8 @@
 //   FUSEDOPS_HALF_GEMM    auto | cublas | fused           float16/bfloat16 with a fused epilogue
 //   FUSEDOPS_3XTF32_CHUNK a positive multiple of 32       the 3xTF32 promotion interval (tuning)
 //   FUSEDOPS_LOG          routes                          print each new route choice to stderr
+//   FUSEDOPS_CHECK_FOLDS  0 | 1                           1: every weight-fold cache hit is
+//                         checked against a fresh fold (common/fold_cache.h, "Checking")
 //
 // The environment is read once, at the first call that needs it; reload_settings() (Python:
 // fusedops.reload_settings()) reads it again after a change. A bad value is reported, with the
@@ -29,6 +31,7 @@ struct Settings {
   // SGEMM's at the default sizes (docs/PERFORMANCE.md).
   int64_t tf32x3_chunk = 1024;
   bool log_routes = false;
+  bool check_folds = false;
   // The first bad value, as the message the planner throws; empty when all are good.
   std::string error;
 };

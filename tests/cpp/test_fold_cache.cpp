@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -78,6 +80,66 @@ TEST(FoldCache, ADetachedAliasIsAnotherTensor) {
   lookup(w, b, fold);
   lookup(w.detach(), b, fold);
   EXPECT_EQ(fold.calls, 2);
+}
+
+// A write through variable_data() (Python: `.data`) shares the storage and not the version
+// counter: the cache returns the old fold (the documented limit) unless checking is on, when the
+// hit is compared with a fresh fold and the difference named.
+TEST(FoldCache, CheckingFindsAWriteNoVersionCounterSees) {
+  const at::Tensor w = at::randn({16, 8}, at::kDouble);
+  const at::Tensor b = at::randn({16}, at::kDouble);
+  CountingFold fold;
+  const at::Tensor before = lookup(w, b, fold)[0].clone();
+  w.variable_data().mul_(2);
+  EXPECT_TRUE(at::equal(lookup(w, b, fold)[0], before));  // stale, unchecked
+  EXPECT_EQ(fold.calls, 1);
+  {
+    const OperatorCall call("test_operator", std::nullopt);
+    const FoldCheckScope checking;
+    try {
+      lookup(w, b, fold);
+      ADD_FAILURE() << "a stale fold passed the check";
+    } catch (const c10::Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("stale weight fold in test_operator: the cached test: column sums"),
+                std::string::npos) << message;
+      EXPECT_NE(message.find("of a weight of shape [16, 8]"), std::string::npos) << message;
+      const double largest = (w.sum(0) - before).abs().max().item<double>();
+      EXPECT_NE(message.find("by up to " + std::to_string(largest).substr(0, 4)),
+                std::string::npos) << message;
+    }
+    EXPECT_EQ(fold.calls, 2);  // the check's fresh fold
+  }
+  EXPECT_FALSE(fold_check_enabled());
+  lookup(w, b, fold);  // unchecked again: nothing computed
+  EXPECT_EQ(fold.calls, 2);
+  clear_fold_cache({w});
+  const FoldCheckScope checking;
+  EXPECT_TRUE(at::allclose(lookup(w, b, fold)[0], w.sum(0)));  // a miss: nothing to compare
+  lookup(w, b, fold);                                            // a checked hit that agrees
+  EXPECT_EQ(fold.calls, 4);
+}
+
+TEST(FoldCache, CallScopesNestAndRestore) {
+  EXPECT_STREQ(OperatorCall::current(), "");
+  EXPECT_FALSE(TrainingCall::active());
+  {
+    const OperatorCall outer("outer", std::nullopt);
+    EXPECT_TRUE(outer.cache_folds());
+    const TrainingCall training(true);
+    {
+      const OperatorCall inner("inner", false);
+      EXPECT_FALSE(inner.cache_folds());
+      EXPECT_STREQ(OperatorCall::current(), "inner");
+      const TrainingCall not_training(false);
+      EXPECT_FALSE(TrainingCall::active());
+    }
+    EXPECT_STREQ(OperatorCall::current(), "outer");
+    EXPECT_TRUE(TrainingCall::active());
+  }
+  EXPECT_STREQ(OperatorCall::current(), "");
+  EXPECT_FALSE(TrainingCall::active());
+  EXPECT_THROW(set_fold_check(false), c10::Error);  // none open
 }
 
 TEST(FoldCache, DisabledNeverCachesNorReuses) {

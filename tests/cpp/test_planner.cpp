@@ -274,16 +274,20 @@ TEST(Settings, ParsesEachVariable) {
   EXPECT_EQ(none.half_gemm, plan::HalfGemmSetting::kAuto);
   EXPECT_EQ(none.tf32x3_chunk, 1024);
   EXPECT_FALSE(none.log_routes);
+  EXPECT_FALSE(none.check_folds);
   EXPECT_EQ(none.error, "");
   const Settings all = parse({{"FUSEDOPS_FP32_GEMM", "3xtf32"},
                               {"FUSEDOPS_HALF_GEMM", "cublas"},
                               {"FUSEDOPS_3XTF32_CHUNK", "256"},
-                              {"FUSEDOPS_LOG", "routes"}});
+                              {"FUSEDOPS_LOG", "routes"},
+                              {"FUSEDOPS_CHECK_FOLDS", "1"}});
   EXPECT_EQ(all.fp32_gemm, plan::Fp32GemmSetting::k3xTf32);
   EXPECT_EQ(all.half_gemm, plan::HalfGemmSetting::kCublas);
   EXPECT_EQ(all.tf32x3_chunk, 256);
   EXPECT_TRUE(all.log_routes);
+  EXPECT_TRUE(all.check_folds);
   EXPECT_EQ(all.error, "");
+  EXPECT_FALSE(parse({{"FUSEDOPS_CHECK_FOLDS", "0"}}).check_folds);
 }
 
 TEST(Settings, OneMessageStyleForBadValues) {
@@ -298,6 +302,8 @@ TEST(Settings, OneMessageStyleForBadValues) {
   }
   EXPECT_EQ(parse({{"FUSEDOPS_LOG", "all"}}).error,
             "fusedops: FUSEDOPS_LOG must be empty or routes, got all");
+  EXPECT_EQ(parse({{"FUSEDOPS_CHECK_FOLDS", "yes"}}).error,
+            "fusedops: FUSEDOPS_CHECK_FOLDS must be 0 or 1, got yes");
   // The planner reports it at the first call, naming the variable.
   Settings bad = parse({{"FUSEDOPS_HALF_GEMM", "fast"}});
   GemmRequest r = request_of(kTable[0]);

@@ -18,8 +18,8 @@ KEYS = ("98", "18", "39", "62")
 
 # Operators of the library that take no tensor (ops/fusedops.cpp): the fold cache's, the
 # version, and what ran (ops/plan/explain.h) with the settings' reload.
-HOUSEKEEPING_OPS = {"clear_fold_cache", "fold_cache_stats", "version", "record_routes",
-                    "routes_taken", "reload_settings"}
+HOUSEKEEPING_OPS = {"clear_fold_cache", "fold_cache_stats", "fold_check", "version",
+                    "record_routes", "routes_taken", "reload_settings"}
 
 # Unit roundoff of each dtype (half an ulp at 1.0).
 UNIT_ROUNDOFF = {

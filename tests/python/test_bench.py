@@ -109,3 +109,23 @@ def test_printed_ratio_check_allows_rounding_and_rejects_a_wrong_ratio():
     assert not printed_ratio_is_consistent(0.0080, 0.0081, 1.05)
     assert not printed_ratio_is_consistent(1.2345, 2.4690, 1.90)
     assert not printed_ratio_is_consistent(0.0, 0.0081, 1.00)
+
+
+def test_kernelbench_custom_source_and_rows():
+    """What bench/kernelbench_eval.py hands KernelBench's evaluator: a ModelNew subclass with the
+    numerics and, for "off", cache_folds=False; float32 rows once (both numerics agree)."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        import kernelbench_eval
+    finally:
+        sys.path.pop(0)
+    for cache in (True, False):
+        namespace = {}
+        exec(kernelbench_eval.custom_source("62", "eager", cache), namespace)  # noqa: S102
+        model = namespace["ModelNew"](16, 32, 4)
+        assert isinstance(model, fusedops.ModelNew62)
+        assert model.numerics == "eager" and model.cache_folds is cache
+    rows = kernelbench_eval.rows_of(["18"], ["fp32", "fp16"], ["accurate", "eager"], ["on", "off"])
+    assert rows == [("18", "fp32", "accurate", True), ("18", "fp32", "accurate", False),
+                    ("18", "fp16", "accurate", True), ("18", "fp16", "accurate", False),
+                    ("18", "fp16", "eager", True), ("18", "fp16", "eager", False)]

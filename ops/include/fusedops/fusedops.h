@@ -21,10 +21,13 @@ namespace fusedops {
 // Version string of the library, e.g. "0.1.0".
 const char* version();
 
-// Every model operator takes cache_folds: true (the default) reuses the weight folds it derives
-// from the weights (model 98's pooled Linear, model 18's column sums, the 3xTF32 split of W)
-// while the weights stay the same; false computes them afresh on every call (exact, uncached),
-// for hosts that write weights behind PyTorch's back.
+// Every model operator takes cache_folds, whether to reuse the weight folds it derives from the
+// weights (model 98's pooled Linear, model 18's column sums, the GEMM engines' splits of W)
+// while the weights' version counters say they are unchanged: true always does (ModelNew passes
+// it); false computes them afresh on every call (exact, uncached), for hosts that write weights
+// behind PyTorch's back; nullopt (the default) does too, except in a call that autograd records
+// with a weight that requires grad (a gradient check perturbs weights through .data), which
+// folds afresh. The rules: ops/common/fold_cache.h.
 //
 // Every model operator also takes numerics: "accurate" (the default) keeps intermediates in the
 // accumulation dtype (float32 for float16/bfloat16 models) and rounds only the result; "eager"
@@ -35,7 +38,7 @@ const char* version();
 // Model 98: max_j( scale_factor * gelu( avg_pool_k(x W^T + b) )_j ), x: (B, in) -> (B,).
 at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& weight,
                                          const at::Tensor& bias, int64_t pool_kernel_size,
-                                         double scale_factor, bool cache_folds = true,
+                                         double scale_factor, std::optional<bool> cache_folds = std::nullopt,
                                          c10::string_view numerics = "accurate");
 
 // Model 18: sum_j (x W^T + b)_j; the max/mean/logsumexp chain over a size-1 dim is identity.
@@ -43,7 +46,7 @@ at::Tensor matmul_avgpool_gelu_scale_max(const at::Tensor& x, const at::Tensor& 
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp(const at::Tensor& x,
                                                       const at::Tensor& weight,
                                                       const at::Tensor& bias,
-                                                      bool cache_folds = true,
+                                                      std::optional<bool> cache_folds = std::nullopt,
                                                       c10::string_view numerics = "accurate");
 
 // Model 39: BatchNorm1d((x W^T + b) * scale). In training mode uses batch statistics and
@@ -55,7 +58,7 @@ at::Tensor gemm_scale_batchnorm(const at::Tensor& x, const at::Tensor& weight,
                                 at::Tensor& running_mean, at::Tensor& running_var,
                                 at::Tensor& num_batches_tracked, bool training,
                                 std::optional<double> momentum, double eps,
-                                bool cache_folds = true,
+                                std::optional<bool> cache_folds = std::nullopt,
                                 c10::string_view numerics = "accurate");
 
 // Model 62: 2 * leaky_relu(GroupNorm(x W^T + b)). x: (B, input) -> (B, hidden).
@@ -63,7 +66,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor&
                                           const at::Tensor& bias, int64_t num_groups,
                                           const at::Tensor& gn_weight, const at::Tensor& gn_bias,
                                           double eps, double negative_slope,
-                                          bool cache_folds = true,
+                                          std::optional<bool> cache_folds = std::nullopt,
                                 c10::string_view numerics = "accurate");
 
 // Helper: a Linear followed by AvgPool1d(k) is the Linear whose rows (and bias entries) are
@@ -93,6 +96,18 @@ FoldCacheStats fold_cache_stats();
 void clear_fold_cache();
 // Frees the folds of these weights only (after writing them behind the version counter).
 void clear_fold_cache(at::TensorList weights);
+
+// Fold checking, a debugging aid for writes no version counter sees: while a FoldCheckScope
+// lives (in any thread; scopes nest), or with FUSEDOPS_CHECK_FOLDS=1, every cache hit is
+// compared with a fresh fold, and a difference throws c10::Error naming the operator, the fold,
+// the weight's shape and the largest difference. Off, it costs nothing measurable.
+class FoldCheckScope {
+ public:
+  FoldCheckScope();
+  FoldCheckScope(const FoldCheckScope&) = delete;
+  FoldCheckScope& operator=(const FoldCheckScope&) = delete;
+  ~FoldCheckScope();
+};
 
 // What ran: calls `run` on this thread and returns one line per GEMM the operators planned in
 // it, e.g. "matmul_groupnorm_leakyrelu_sum float16 accurate m=1024 n=8192 k=8192 cuda:0:
