@@ -206,8 +206,11 @@ FoldTensors fold_weights(const FoldKind& kind, int64_t param, c10::ArrayRef<at::
     return uncached.store(fold_cache_detail::compute_fold(compute));
   }
   fold_cache_detail::Slot slot(kind, param, sources);
+  // Read at every lookup, so that the settings' first read (which parses them) falls on the
+  // weight's first call, a miss that allocates anyway: a hit allocates nothing.
+  const bool check = fold_check_enabled();
   if (const FoldTensors* cached = slot.hit()) {
-    if (fold_check_enabled()) slot.verify(fold_cache_detail::compute_fold(compute));
+    if (check) slot.verify(fold_cache_detail::compute_fold(compute));
     return *cached;
   }
   return slot.store(fold_cache_detail::compute_fold(compute));
