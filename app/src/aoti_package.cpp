@@ -224,4 +224,16 @@ std::unique_ptr<AotiPackage> AotiPackage::load(const std::vector<char>& bytes,
   return package;
 }
 
+std::vector<at::Tensor> AotiPackage::run(std::vector<at::Tensor> inputs) {
+  if (!constants_folded_.load(std::memory_order_acquire)) {
+    const std::lock_guard<std::mutex> alone(first_run_);
+    if (!constants_folded_.load(std::memory_order_relaxed)) {
+      std::vector<at::Tensor> outputs = runner_->run(inputs);
+      constants_folded_.store(true, std::memory_order_release);
+      return outputs;
+    }
+  }
+  return runner_->run(inputs);
+}
+
 }  // namespace fusedops_app

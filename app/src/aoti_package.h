@@ -11,8 +11,12 @@
 
 #include <c10/core/Device.h>
 
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,8 +72,24 @@ class AotiPackage {
   torch::inductor::AOTIModelContainerRunner& runner() { return *runner_; }
   const torch::inductor::AOTIModelContainerRunner& runner() const { return *runner_; }
 
+  // Runs the model; safe from any number of threads at once, the first call included.
+  //
+  // Why the first call is serialized: the runner holds one model instance (a server's threads
+  // share one loaded package, as Triton's instances share weights), and torch's container
+  // (aoti_runtime/model_container.h, run()) takes that instance under a shared lock and, on
+  // the first call, when its constants are not yet folded, drops the shared lock and waits for
+  // the exclusive one, still holding the instance. A second caller that got the shared lock in
+  // between waits for a free instance while holding it: neither ever goes on (issue 36: `stress
+  // --instances 2 --weights shared` on a .pt2 hung 2-8% of runs). Once a call has folded the
+  // constants, run() takes only the shared lock, and a caller waiting for the instance is woken
+  // when the other's call finishes. So the first call runs alone; a failed first call leaves
+  // the next one to do it.
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs);
+
  private:
   AotiPackage();
+  std::mutex first_run_;
+  std::atomic<bool> constants_folded_{false};
   // Declared before the runner, so destroyed after it: the library is unloaded first.
   std::unique_ptr<TemporaryDirectory> folder_;
   std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner_;

@@ -52,13 +52,22 @@ CLI::App* add_check_command(CLI::App& app, CheckOptions& options) {
                       "model repository from scripted/export.py (every model.pt and "
                       "model.pt2 in it), one model folder, or one model file")
       ->required();
+  // CLI::Range alone lets NaN through (every comparison with it is false), and the first
+  // comparison then failed as if the model had: a tolerance is a number from 0 to 1e30.
+  const CLI::Validator tolerance(
+      [](std::string& text) -> std::string {
+        double value = 0.0;
+        if (CLI::detail::lexical_cast(text, value) && value >= 0.0 && value <= 1e30) return {};
+        return "expected a number from 0 to 1e30, got '" + text + "'";
+      },
+      "FLOAT in [0, 1e30]");
   command->add_option("--atol", options.atol,
                       "absolute tolerance (default by dtype, docs/MODELS.md: float32 1e-4, "
                       "float16 and bfloat16 1e-2)")
-      ->check(CLI::Range(0.0, 1e30));
+      ->check(tolerance);
   command->add_option("--rtol", options.rtol,
                       "relative tolerance (default by dtype, the same values as --atol)")
-      ->check(CLI::Range(0.0, 1e30));
+      ->check(tolerance);
   command->add_flag("--json", options.json,
                     "one JSON document on stdout at the end instead of the lines "
                     "(app/README.md); the lines go to stderr as each model is checked");

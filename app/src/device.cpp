@@ -10,13 +10,22 @@ namespace fusedops_app {
 
 c10::Device parse_device(const std::string& text, const std::string& option) {
   c10::Device device(c10::kCPU);
+  if (text.empty()) {
+    throw UsageError("invalid " + option + " '': expected cpu, cuda or cuda:N, got an empty "
+                     "entry");
+  }
   try {
     device = c10::Device(text);
   } catch (const c10::Error&) {
     throw UsageError("invalid " + option + " '" + text + "': expected cpu, cuda or cuda:N");
   }
   if (device.is_cpu()) {
-    return device;
+    // One CPU device: "cpu:1" names nothing (scripted/export.py refuses it too).
+    if (device.has_index() && device.index() != 0) {
+      throw UsageError("invalid " + option + " '" + text +
+                       "': expected cpu, cuda or cuda:N (there is one CPU device, cpu or cpu:0)");
+    }
+    return c10::Device(c10::kCPU);
   }
   if (!device.is_cuda()) {
     throw UsageError("unsupported " + option + " '" + text + "': fusedops runs on cpu or cuda");

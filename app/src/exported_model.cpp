@@ -385,7 +385,7 @@ at::Tensor ExportedModel::run_forward(const at::Tensor& x) {
   if (format_ == ModelFormat::kAotiPackage) {
     // The compiled code assumes the layout torch.export traced with: dense and row-major.
     const std::vector<at::Tensor> outputs =
-        aoti_package_->runner().run({x.to(device_).contiguous()});
+        aoti_package_->run({x.to(device_).contiguous()});
     if (outputs.size() != 1) {
       throw std::runtime_error(fmt::format("{} returned {} tensors, expected one",
                                            display_name(), outputs.size()));

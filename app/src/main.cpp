@@ -134,6 +134,13 @@ int main(int argc, char** argv) {
     // loads, so "Unknown builtin op: fusedops::..." cannot happen here.
     spdlog::info("fusedops {} (libfusedops), libtorch {}, {} CUDA GPU(s)", fusedops::version(),
                  TORCH_VERSION, torch::cuda::device_count());
+    // A bad FUSEDOPS_* setting (the library's settings table, ops/plan/settings.h) is a
+    // mistake in how the app was started: said before any model is read, exit 2.
+    try {
+      fusedops::reload_settings();
+    } catch (const c10::Error& e) {
+      throw UsageError(torch_error_message(e));
+    }
     if (global.threads > 0) {
       at::set_num_threads(global.threads);
     }

@@ -182,17 +182,28 @@ CLI::App* add_stress_command(CLI::App& app, StressOptions& options) {
   command->add_option("--seed", options.seed, "seed of the inputs")
       ->check(CLI::Range(uint64_t{0}, kMaxSeed))
       ->capture_default_str();
-  command->add_option("--instance-devices", options.instance_devices,
-                      "the devices of the instances, in turn (instance t on entry t mod count, "
-                      "e.g. cuda:0,cuda:1 as Triton's instance_group gpus: [0, 1]); the "
-                      "single-thread answers come from --device")
-      ->delimiter(',')
-      ->expected(1, kMaxStressThreads);
+  // Taken as text and split here, empty entries kept: CLI11's own delimiter drops them
+  // ("cpu,,cpu" ran as two instances' worth of cpu), and run_stress_command refuses them.
+  command->add_option_function<std::string>(
+      "--instance-devices",
+      [&options](const std::string& text) {
+        options.instance_devices = CLI::detail::split(text, ',');
+        if (text.empty() || text.back() == ',') options.instance_devices.emplace_back();
+      },
+      "the devices of the instances, in turn (instance t on entry t mod count, e.g. "
+      "cuda:0,cuda:1 as Triton's instance_group gpus: [0, 1]); every entry is checked; the "
+      "single-thread answers come from --device");
   return command;
 }
 
 int run_stress_command(const StressOptions& options, const c10::Device& device,
                        const FileOptions& files) {
+  // Every entry of --instance-devices, before anything is loaded: one that no instance would
+  // use is still a mistake in the command line.
+  std::vector<c10::Device> listed;
+  for (const std::string& entry : options.instance_devices) {
+    listed.push_back(parse_device(entry, "--instance-devices"));
+  }
   // The single-thread answers, from a model loaded on its own.
   std::vector<at::Tensor> inputs, expected;
   {
@@ -219,9 +230,7 @@ int run_stress_command(const StressOptions& options, const c10::Device& device,
     device_of_thread.push_back(
         options.instance_devices.empty()
             ? device
-            : parse_device(options.instance_devices[static_cast<size_t>(t) %
-                                                    options.instance_devices.size()],
-                           "--instance-devices"));
+            : listed[static_cast<size_t>(t) % listed.size()]);
     if (std::find(devices.begin(), devices.end(), device_of_thread.back()) == devices.end()) {
       devices.push_back(device_of_thread.back());
     }

@@ -15,6 +15,10 @@ from .model_new import ModelNew18, ModelNew39, ModelNew62, ModelNew98  # noqa: E
 from .problems import PROBLEMS, Problem, get_init_inputs, get_inputs, get_problem  # noqa: E402
 from .routes import checking_folds, explain, reload_settings, settings  # noqa: E402
 
+# The FUSEDOPS_* settings, read now: a bad value fails the import, naming the variable, the
+# allowed values and the value given (ops/plan/settings.h), rather than the first call.
+reload_settings()
+
 __all__ = [
     "Model18", "Model39", "Model62", "Model98",
     "ModelNew18", "ModelNew39", "ModelNew62", "ModelNew98",

@@ -31,7 +31,8 @@ def explain(fn, *args, **kwargs):
 
 
 def reload_settings():
-    """Reads the FUSEDOPS_* environment variables again (they are read once, at first use)."""
+    """Reads the FUSEDOPS_* environment variables again (they are read once, at first use);
+    a bad value raises RuntimeError naming the variable, the allowed values and the value."""
     torch.ops.fusedops.reload_settings()
 
 
@@ -51,7 +52,11 @@ def settings(**values):
                 os.environ[name] = str(value)
         reload_settings()
 
-    apply(values)
+    try:
+        apply(values)  # a bad value raises here, naming the variable
+    except BaseException:
+        apply(saved)
+        raise
     try:
         yield
     finally:

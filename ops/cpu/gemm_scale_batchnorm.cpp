@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/checks.h"
+#include "plan/settings.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 
@@ -144,6 +145,7 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
   const Numerics numerics_mode = parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training, eps);
+  plan::check_cpu_call("gemm_scale_batchnorm", x.scalar_type());
   const int64_t batch = x.size(0);
   const int64_t features = weight.size(0);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());

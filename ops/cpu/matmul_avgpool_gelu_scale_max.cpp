@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "common/checks.h"
+#include "plan/settings.h"
 #include "common/operator_folds.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
@@ -143,6 +144,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
   const OperatorCall call("matmul_avgpool_gelu_scale_max", cache_folds_arg);
   const bool cache_folds = call.cache_folds();
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
+  plan::check_cpu_call("matmul_avgpool_gelu_scale_max", x.scalar_type());
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
   // Folding reads all of W (out x in); cached, a steady-state call skips it.

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/checks.h"
+#include "plan/settings.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
 #include "epilogues/groupnorm_leakyrelu_sum.h"
@@ -72,6 +73,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cpu(const at::Tensor& x, const at::Ten
                                               c10::string_view numerics) {
   const Numerics numerics_mode = parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
+  plan::check_cpu_call("matmul_groupnorm_leakyrelu_sum", x.scalar_type());
   const int64_t batch = x.size(0);
   const int64_t channels = weight.size(0);
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());

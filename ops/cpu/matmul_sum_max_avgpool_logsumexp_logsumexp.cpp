@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/checks.h"
+#include "plan/settings.h"
 #include "common/operator_folds.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
@@ -131,6 +132,7 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
   const OperatorCall call("matmul_sum_max_avgpool_logsumexp_logsumexp", cache_folds_arg);
   const bool cache_folds = call.cache_folds();
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
+  plan::check_cpu_call("matmul_sum_max_avgpool_logsumexp_logsumexp", x.scalar_type());
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {
     return eager_linear_sum(x, weight, bias);

@@ -1,5 +1,7 @@
 #include "plan/settings.h"
 
+#include <c10/util/Exception.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -99,8 +101,34 @@ const Settings& settings() {
 }
 
 void reload_settings() {
-  std::lock_guard<std::mutex> lock(g_reload_mutex);
-  install(parse_settings(real_getenv, nullptr));
+  const Settings* table = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_reload_mutex);
+    table = install(parse_settings(real_getenv, nullptr));
+  }
+  TORCH_CHECK(table->error.empty(), table->error);
+}
+
+void check_settings() {
+  const Settings& s = settings();
+  TORCH_CHECK(s.error.empty(), s.error);
+}
+
+void check_cpu_call(const char* op, c10::ScalarType dtype) {
+  const Settings& s = settings();
+  TORCH_CHECK(s.error.empty(), s.error);
+  if (dtype == c10::kHalf || dtype == c10::kBFloat16) {
+    TORCH_CHECK(s.half_gemm == HalfGemmSetting::kAuto, "fusedops ", op, ": FUSEDOPS_HALF_GEMM=",
+                s.half_gemm == HalfGemmSetting::kCublas ? "cublas" : "fused",
+                " forces a CUDA GEMM, and this call runs on the CPU (its exact kernel); unset "
+                "it or set auto for CPU calls");
+  } else if (dtype == c10::kFloat) {
+    TORCH_CHECK(s.fp32_gemm != Fp32GemmSetting::k3xTf32 && s.fp32_gemm != Fp32GemmSetting::k3xFp16,
+                "fusedops ", op, ": FUSEDOPS_FP32_GEMM=",
+                s.fp32_gemm == Fp32GemmSetting::k3xTf32 ? "3xtf32" : "3xfp16",
+                " forces a CUDA GEMM, and this call runs on the CPU (its exact kernel); unset "
+                "it or set auto or ieee for CPU calls");
+  }
 }
 
 }  // namespace fusedops::plan

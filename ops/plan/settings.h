@@ -11,10 +11,16 @@
 //                         checked against a fresh fold (common/fold_cache.h, "Checking")
 //
 // The environment is read once, at the first call that needs it; reload_settings() (Python:
-// fusedops.reload_settings()) reads it again after a change. A bad value is reported, with the
-// variable, the allowed values and the value given, by the first operator call that plans a
-// GEMM (not at load time: importing fusedops never fails on a setting).
+// fusedops.reload_settings()) reads it again after a change. A bad value is an error naming the
+// variable, the allowed values and the value given: from reload_settings() and check_settings()
+// at once (`import fusedops` and fusedops_app call them when they start), and from every
+// operator call, CPU or CUDA, while it stays. A setting that forces a CUDA GEMM
+// (FUSEDOPS_FP32_GEMM=3xtf32|3xfp16, FUSEDOPS_HALF_GEMM=cublas|fused) is an error at a CPU call
+// it would apply to (check_cpu_call). Nothing throws while the library loads: a C++ host that
+// loads it (Triton's LD_PRELOAD) gets the error at its first call, not a crash.
 #pragma once
+
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <string>
@@ -43,6 +49,13 @@ Settings parse_settings(EnvLookup lookup, void* context);
 // The process's table, parsed from the environment on first use; safe from any thread.
 const Settings& settings();
 // Reads the environment again; calls already running keep the table they started with.
+// Throws c10::Error for a bad value (the new table is in force all the same: calls fail too).
 void reload_settings();
+// Throws c10::Error for a bad value in the table in force.
+void check_settings();
+// Before a CPU kernel runs an operator of this dtype: check_settings(), and no setting that
+// forces a CUDA GEMM on it (the CPU kernels compute exactly; a forced route that cannot run
+// is an error, never a silent fallback).
+void check_cpu_call(const char* op, c10::ScalarType dtype);
 
 }  // namespace fusedops::plan

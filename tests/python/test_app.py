@@ -493,6 +493,32 @@ def test_bad_arguments_exit_2():
     assert run_app("run", "m.pt", "--batch", 0, expect=None).returncode == 2
 
 
+@pytest.mark.parametrize("args,expected", [
+    (("check", "{repo}", "--atol", "nan"), "--atol: expected a number from 0 to 1e30, got 'nan'"),
+    (("check", "{repo}", "--rtol", "nan"), "--rtol: expected a number from 0 to 1e30, got 'nan'"),
+    (("run", "{model}", "--device", "cpu:1"), "invalid --device 'cpu:1'")])
+def test_bad_arguments_are_refused_before_any_model_loads(model_repo, args, expected):
+    """issue 36: `check --atol nan` was reported as a model failure (exit 1, "forward failed"),
+    `--device cpu:1` ran."""
+    args = [a.format(repo=model_repo, model=model_file(model_repo, "18")) for a in args]
+    result = run_app(*args, expect=None)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert expected in result.stderr, result.stderr
+    assert "PASS" not in result.stdout and "FAIL" not in result.stdout
+
+
+@pytest.mark.parametrize("setting", ["FUSEDOPS_HALF_GEMM=garbage", "FUSEDOPS_FP32_GEMM=bogus",
+                                     "FUSEDOPS_LOG=yes", "FUSEDOPS_CHECK_FOLDS=2"])
+def test_a_bad_setting_is_a_usage_error(model_repo, setting):
+    """issue 36: `fusedops_app run` exited 0 with a bad FUSEDOPS_* value on the CPU build."""
+    name, value = setting.split("=")
+    result = subprocess.run([str(APP), "run", str(model_file(model_repo, "18"))],
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, **{name: value}))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{name} must be " in result.stderr and f"got {value}" in result.stderr, result.stderr
+
+
 def test_runtime_failure_of_the_operator_exits_1(tmp_path):
     """Model 39 in training mode cannot take one sample: the operator's own message."""
     subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
@@ -657,6 +683,67 @@ def test_bench_pt2(aoti_repo):
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
     assert [row[0] for row in rows] == ["1", "8"]
     assert all(float(row[5]) > 0 for row in rows)
+
+
+# Widens the window of torch's AOTInductor container deadlock (test below): a thread other than
+# the main one pauses 2 ms after releasing a read-write lock, so that another thread takes the
+# shared lock before the first asks for the exclusive one. With it the app before the fix hung
+# in 5 of 6 runs.
+SLOW_UNLOCK_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+static int (*real_unlock)(pthread_rwlock_t*);
+int pthread_rwlock_unlock(pthread_rwlock_t* lock) {
+  if (!real_unlock) {
+    real_unlock = (int (*)(pthread_rwlock_t*))dlsym(RTLD_NEXT, "pthread_rwlock_unlock");
+  }
+  int rc = real_unlock(lock);
+  if (gettid() != getpid()) {
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, 0);
+  }
+  return rc;
+}
+"""
+
+
+def test_stress_on_a_shared_pt2_never_hangs(aoti_repo, tmp_path):
+    """issue 36: `stress --instances 2 --weights shared` on a .pt2 hung 2-8% of runs: torch's
+    AOTInductor container, with one model instance, deadlocks when a first call that folds the
+    constants overlaps another call (app/src/aoti_package.h). 200 runs with 2 or 8 racing first
+    calls, then 10 with the race's window widened (SLOW_UNLOCK_C), each under a time limit: none
+    may hang, every answer must match."""
+    import concurrent.futures
+
+    package = aoti_file(aoti_repo, "98")
+    shim = tmp_path / "slow_unlock.so"
+    source = tmp_path / "slow_unlock.c"
+    source.write_text(SLOW_UNLOCK_C)
+    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source), "-ldl"], check=True, capture_output=True, timeout=120)
+
+    def one(run: int, widened: bool = False):
+        instances = 2 if run % 2 == 0 else 8
+        env = dict(os.environ, LD_PRELOAD=str(shim)) if widened else None
+        try:
+            result = subprocess.run(
+                [str(APP), "stress", str(package), "-q", "--instances", str(instances),
+                 "--weights", "shared", "--calls", "48", "--batch", "2", "--unload-cycles", "0"],
+                capture_output=True, text=True, timeout=60, env=env)
+        except subprocess.TimeoutExpired:
+            return (f"run {run} ({instances} instances{', widened' if widened else ''}): no "
+                    "answer in 60 s")
+        if result.returncode != 0 or "mismatches 0 " not in result.stdout:
+            return f"run {run}: exit {result.returncode}\n{result.stdout}{result.stderr}"
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        failures = [f for f in pool.map(one, range(200)) if f]
+        failures += [f for f in pool.map(lambda run: one(run, True), range(10)) if f]
+    assert not failures, "\n".join(failures[:5]) + f"\n({len(failures)} of 210 runs failed)"
 
 
 def test_pt2_input_of_the_wrong_width(aoti_repo, tmp_path):

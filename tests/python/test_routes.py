@@ -2,6 +2,7 @@
 through fusedops.explain, FUSEDOPS_LOG=routes and fusedops.settings. The planner's rules
 themselves are walked as a table by tests/cpp/test_planner.cpp."""
 import os
+import re
 import subprocess
 import sys
 
@@ -41,6 +42,61 @@ def test_settings_block_sets_and_restores_the_environment(monkeypatch):
         fusedops.reload_settings()
 
 
+# issue 36: each of these ran silently on the CPU build (the model ran, reload_settings() and
+# explain() raised nothing, fusedops_app run exited 0).
+BAD_SETTINGS = [
+    ("FUSEDOPS_HALF_GEMM", "garbage", "auto, cublas or fused"),
+    ("FUSEDOPS_HALF_GEMM", "", "auto, cublas or fused"),
+    ("FUSEDOPS_FP32_GEMM", "bogus", "auto, ieee, 3xtf32 or 3xfp16"),
+    ("FUSEDOPS_3XTF32_CHUNK", "99999999999999999999", "a positive multiple of 32"),
+    ("FUSEDOPS_LOG", "yes", "empty or routes"),
+    ("FUSEDOPS_CHECK_FOLDS", "yes", "0 or 1"),
+]
+
+
+@pytest.mark.parametrize("name,value,allowed", BAD_SETTINGS,
+                         ids=[f"{n}={v or 'empty'}" for n, v, _ in BAD_SETTINGS])
+def test_a_bad_setting_is_refused_when_read_and_at_every_call(monkeypatch, name, value, allowed):
+    _, new = make_pair("18", SMALL["18"])
+    x = make_input((8, 64))
+    expected = f"{name} must be {allowed}"
+    monkeypatch.setenv(name, value)
+    try:
+        with pytest.raises(RuntimeError, match=re.escape(expected)) as raised:
+            fusedops.reload_settings()
+        assert f"got {value}" in str(raised.value)
+        with pytest.raises(RuntimeError, match=re.escape(expected)):
+            new(x)  # the CPU kernel, while the value stays
+        with pytest.raises(RuntimeError, match=re.escape(expected)):
+            fusedops.explain(new, x)
+        # A fresh process: `import fusedops` fails, naming it.
+        result = subprocess.run([sys.executable, "-c", "import fusedops"], capture_output=True,
+                                text=True, env=dict(os.environ), timeout=300)
+        assert result.returncode != 0 and expected in result.stderr, result.stderr[-2000:]
+    finally:
+        monkeypatch.undo()
+        fusedops.reload_settings()
+    new(x)
+
+
+@pytest.mark.parametrize("name,value,dtype", [
+    ("FUSEDOPS_FP32_GEMM", "3xfp16", torch.float32), ("FUSEDOPS_FP32_GEMM", "3xtf32", torch.float32),
+    ("FUSEDOPS_HALF_GEMM", "fused", torch.bfloat16), ("FUSEDOPS_HALF_GEMM", "cublas", torch.float16)])
+def test_a_forced_cuda_gemm_is_an_error_at_a_cpu_call(name, value, dtype):
+    """A setting that forces a CUDA GEMM cannot run on the CPU: an error at a call it applies
+    to, never the CPU kernel in its place; a call of another dtype runs."""
+    _, new = make_pair("62", SMALL["62"], dtype=dtype)
+    other_dtype = torch.float64
+    _, other = make_pair("62", SMALL["62"], dtype=other_dtype)
+    with fusedops.settings(**{name: value}):
+        with pytest.raises(RuntimeError, match=re.escape(
+                f"matmul_groupnorm_leakyrelu_sum: {name}={value} forces a CUDA GEMM, and this "
+                "call runs on the CPU")):
+            new(make_input((8, 64), dtype=dtype))
+        other(make_input((8, 64), dtype=other_dtype))
+    new(make_input((8, 64), dtype=dtype))
+
+
 def test_cpu_kernels_plan_no_gemm():
     _, new = make_pair("62", SMALL["62"])
     assert fusedops.explain(new, make_input((8, 64))) == []
@@ -78,10 +134,11 @@ def test_settings_change_the_route_and_bad_values_name_the_variable():
     with fusedops.settings(FUSEDOPS_FP32_GEMM="3xtf32"):
         assert ": 3xtf32 (FUSEDOPS_FP32_GEMM=3xtf32)" in fusedops.explain(new, x)[0]
     assert ": skinny (" in fusedops.explain(new, x)[0]  # 2 rows, the environment restored
-    with fusedops.settings(FUSEDOPS_FP32_GEMM="fast"), pytest.raises(
-            RuntimeError,
-            match="FUSEDOPS_FP32_GEMM must be auto, ieee, 3xtf32 or 3xfp16, got fast"):
-        new(x)
+    with pytest.raises(RuntimeError,
+                       match="FUSEDOPS_FP32_GEMM must be auto, ieee, 3xtf32 or 3xfp16, got fast"):
+        with fusedops.settings(FUSEDOPS_FP32_GEMM="fast"):
+            pass
+    new(x)  # the environment restored
 
 
 @pytest.mark.cuda

@@ -517,8 +517,14 @@ def test_app_stress_instance_devices_on_one_device(small_repo):
 
 
 @needs_app
-@pytest.mark.parametrize("devices,expected", [("cuda:7", "--instance-devices cuda:7: "),
-                                              ("gpu", "invalid --instance-devices 'gpu'")])
+@pytest.mark.parametrize("devices,expected", [
+    ("cuda:7", "--instance-devices cuda:7: "), ("gpu", "invalid --instance-devices 'gpu'"),
+    # issue 36: these ran (empty entries dropped, entries past --instances never read, cpu:1)
+    ("cpu,,cpu", "invalid --instance-devices '': expected cpu, cuda or cuda:N, got an empty"),
+    ("cpu,", "got an empty entry"), (",cpu", "got an empty entry"),
+    ("cpu,cpu,bogus", "invalid --instance-devices 'bogus'"),
+    ("cpu,meta", "unsupported --instance-devices 'meta'"),
+    ("cpu,cpu:1", "invalid --instance-devices 'cpu:1'")])
 def test_app_stress_refuses_a_bad_instance_device(small_repo, devices, expected):
     if devices == "cuda:7" and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")

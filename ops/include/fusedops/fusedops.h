@@ -117,7 +117,8 @@ std::vector<std::string> explain(const std::function<void()>& run);
 
 // The FUSEDOPS_* settings (FUSEDOPS_FP32_GEMM, FUSEDOPS_HALF_GEMM, FUSEDOPS_3XTF32_CHUNK,
 // FUSEDOPS_LOG; README) are read from the environment once, at the first call that plans a
-// GEMM; this reads them again.
+// GEMM; this reads them again, and throws c10::Error naming the variable, the allowed values and
+// the value given when one is bad (every operator call throws the same while it stays).
 void reload_settings();
 
 }  // namespace fusedops
