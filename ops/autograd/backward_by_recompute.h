@@ -22,6 +22,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/fold_cache.h"
@@ -61,6 +62,41 @@ class RecordedCall {
   TrainingCall training_;
 };
 
+// The Linear's inputs (x, weight, bias), kept for the backward's recomputation. Saved with
+// save_for_backward, so that autograd refuses a backward after an in-place write to one of them;
+// except an inference tensor (a model built under torch.inference_mode()) that the reference's
+// Linear does not save: the reference keeps x for the weight's gradient, the weight for x's and
+// nothing of the bias, so a model whose weights are inference tensors runs with grad mode on
+// (issue 36); such a tensor is kept as a plain value (it has no version counter, and nothing
+// outside inference mode can write it). An inference tensor the reference saves is saved, and
+// fails as the reference does.
+inline void keep_linear_inputs(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                               const at::Tensor& weight, const at::Tensor& bias) {
+  const bool saved_by_reference[] = {weight.requires_grad(), x.requires_grad(), false};
+  const at::Tensor* inputs[] = {&x, &weight, &bias};
+  torch::autograd::variable_list saved;
+  for (size_t i = 0; i < 3; ++i) {
+    const at::Tensor& t = *inputs[i];
+    if (t.defined() && t.is_inference() && !saved_by_reference[i]) {
+      ctx->saved_data["linear_input_" + std::to_string(i)] = t;
+      saved.emplace_back();
+    } else {
+      saved.push_back(t);
+    }
+  }
+  ctx->save_for_backward(saved);
+}
+
+// What keep_linear_inputs kept, in the order x, weight, bias.
+inline torch::autograd::variable_list kept_linear_inputs(torch::autograd::AutogradContext* ctx) {
+  torch::autograd::variable_list kept = ctx->get_saved_variables();
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const auto plain = ctx->saved_data.find("linear_input_" + std::to_string(i));
+    if (plain != ctx->saved_data.end()) kept[i] = plain->second.toTensor();
+  }
+  return kept;
+}
+
 // Lives for the whole backward: it sets up the recording of the recomputation (see the
 // guards below) and collects its inputs.
 class BackwardByRecompute {
@@ -78,6 +114,15 @@ class BackwardByRecompute {
   at::Tensor input(const at::Tensor& saved, size_t tensor_index) {
     const bool needed = ctx_->needs_input_grad(tensor_index);
     at::Tensor start = saved;
+    // An inference tensor (keep_linear_inputs) is used as it is, as the reference uses it:
+    // outside inference mode nothing may set requires_grad on it or make a view of it that
+    // autograd tracks, so the reference's gradient reaches it only where its ops use it
+    // directly (the Linear's bias), and none reaches it through a view (the weight's W^T).
+    if (saved.is_inference()) {
+      inputs_.push_back(start);
+      needed_.push_back(needed && saved.requires_grad());
+      return start;
+    }
     if (!create_graph_ || (needed && !saved.requires_grad())) {
       start = saved.detach();
       if (needed) start.requires_grad_(true);
@@ -118,7 +163,8 @@ class BackwardByRecompute {
     for (size_t i = 0; i < inputs_.size(); ++i) {
       if (!needed_[i]) continue;
       const at::Tensor& grad = computed[next++];
-      grads[i] = grad.defined() ? grad : at::zeros_like(inputs_[i]);
+      // None for an inference tensor no gradient reached (the reference leaves it so).
+      grads[i] = grad.defined() || inputs_[i].is_inference() ? grad : at::zeros_like(inputs_[i]);
     }
     return grads;
   }

@@ -33,7 +33,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
                             const at::Tensor& bias, int64_t pool_kernel_size,
                             double scale_factor, bool cache_folds,
                             c10::string_view numerics) {
-    ctx->save_for_backward({x, weight, bias});
+    autograd::keep_linear_inputs(ctx, x, weight, bias);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
@@ -43,7 +43,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const variable_list saved = ctx->get_saved_variables();
+    const variable_list saved = autograd::kept_linear_inputs(ctx);
     const int64_t pool_kernel_size = ctx->saved_data["pool_kernel_size"].toInt();
     const double scale_factor = ctx->saved_data["scale_factor"].toDouble();
 

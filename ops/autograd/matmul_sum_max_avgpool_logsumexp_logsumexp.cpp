@@ -31,7 +31,7 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, bool cache_folds,
                             c10::string_view numerics) {
-    ctx->save_for_backward({x, weight, bias});
+    autograd::keep_linear_inputs(ctx, x, weight, bias);
     // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
@@ -39,7 +39,7 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const variable_list saved = ctx->get_saved_variables();
+    const variable_list saved = autograd::kept_linear_inputs(ctx);
     BackwardByRecompute recompute(ctx);
     const at::Tensor x = recompute.input(saved[0], 0);
     const at::Tensor weight = recompute.input(saved[1], 1);

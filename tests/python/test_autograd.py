@@ -349,6 +349,44 @@ def test_recorded_call_with_inference_tensors_fails_before_updating_statistics()
     assert new.bn.num_batches_tracked.item() == count + 1
 
 
+@pytest.mark.parametrize("x_requires_grad", [False, True], ids=["x", "x-requires-grad"])
+@pytest.mark.parametrize("key", KEYS)
+def test_model_built_under_inference_mode_does_what_the_reference_does(key, x_requires_grad,
+                                                                          device):
+    """issue 36: built under torch.inference_mode() and called outside it with grad mode on, the
+    reference returns a result where its autograd saves no inference tensor (models 18 and 98:
+    the Linear keeps x for the weight's gradient, the weight only for x's) and raises where it
+    must save one (39 and 62 save their normalization's weight, every model the weight when x
+    requires grad). Ours raised "Inference tensors cannot be saved for backward" in every case.
+    Where both return: the same output, and backward gives the same gradients to the same
+    parameters (none to the weight: the reference's W^T is a view autograd does not track)."""
+    with torch.inference_mode():
+        ref, new = make_pair(key, SMALL_ARGS[key], device=device)
+    x = make_input((SMALL_BATCH, SMALL_ARGS[key][0]), "rand", device=device)
+    outcomes = []
+    for model in (ref, new):
+        xm = x.clone().requires_grad_(x_requires_grad)
+        try:
+            out = model(xm)
+        except RuntimeError as e:
+            outcomes.append(("raised", str(e)))
+            continue
+        out.square().sum().backward()
+        outcomes.append(("returned", out.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    assert [o[0] for o in outcomes] == [outcomes[0][0]] * 2, outcomes
+    if outcomes[0][0] == "raised":
+        return
+    assert key in ("18", "98") and not x_requires_grad
+    tol = dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(outcomes[1][1], outcomes[0][1], **tol)
+    grads_ref, grads_new = outcomes[0][2], outcomes[1][2]
+    assert {n for n, g in grads_new.items() if g is None} == \
+        {n for n, g in grads_ref.items() if g is None}
+    for name, g in grads_ref.items():
+        if g is not None:
+            torch.testing.assert_close(grads_new[name], g, **tol, msg=lambda m: f"{name}: {m}")
+
+
 def test_recorded_call_refuses_inference_running_statistics_before_the_kernel():
     """Running statistics that are inference tensors cannot be updated outside inference mode
     (PyTorch refuses the in-place write); the recorded call refuses before anything moved."""
