@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <system_error>
 #include <tuple>
 
@@ -68,19 +71,72 @@ bool looks_like_model_folder(const fs::path& folder) {
   return false;
 }
 
-// The models of one folder: each model file in its highest version folder (Triton serves the
-// highest by default; a folder holding both files gets both checked), or one entry with the
+// Folders Triton's model lifecycle never takes for versions (r26.05, VersionsToLoad).
+constexpr const char* kTritonSpecialFolders[] = {"warmup", "initial_state", "configs"};
+
+// The versions Triton loads of those present, under config.pbtxt's version_policy (protobuf's
+// JSON mapping of it; absent: the latest one): "latest" the num_versions highest, "all" every
+// one, "specific" those listed that are present (a listed version without a folder is put in
+// `missing`: Triton logs an error for it and loads the others).
+struct VersionChoice {
+  std::vector<int64_t> load;
+  std::vector<int64_t> missing;
+};
+VersionChoice versions_to_load(const std::map<int64_t, fs::path>& present,
+                               const nlohmann::json& config) {
+  VersionChoice choice;
+  const nlohmann::json* policy = config.contains("version_policy") ? &config["version_policy"]
+                                                                     : nullptr;
+  // int64 fields are strings in protobuf's JSON mapping, uint32 numbers.
+  const auto as_int64 = [](const nlohmann::json& v) {
+    return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+  };
+  if (policy != nullptr && policy->contains("specific")) {
+    for (const nlohmann::json& v : policy->at("specific").value("versions", nlohmann::json::array())) {
+      const int64_t version = as_int64(v);
+      (present.count(version) ? choice.load : choice.missing).push_back(version);
+    }
+  } else if (policy != nullptr && policy->contains("all")) {
+    for (const auto& entry : present) choice.load.push_back(entry.first);
+  } else {
+    int64_t latest = 1;
+    if (policy != nullptr && policy->contains("latest")) {
+      latest = policy->at("latest").value("num_versions", int64_t{0});
+    }
+    for (auto it = present.rbegin(); it != present.rend() && latest-- > 0; ++it) {
+      choice.load.push_back(it->first);
+    }
+  }
+  std::sort(choice.load.begin(), choice.load.end());
+  choice.load.erase(std::unique(choice.load.begin(), choice.load.end()), choice.load.end());
+  return choice;
+}
+
+// The models of one folder: each model file in every version folder Triton would load
+// (config.pbtxt's version_policy, default the highest; version folders named as Triton reads
+// them: digits without a leading zero, so "02" is not version 2), or one entry with the
 // problem that stops it from being checked.
 std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::path& root) {
   RepositoryModel model{folder.filename().string(), folder, {}, root, {}};
+  nlohmann::json config = nlohmann::json::object();
   std::error_code error;
+  if (fs::exists(folder / kTritonConfigName, error)) {
+    try {
+      const std::vector<char> text = read_file_bounded(
+          folder / kTritonConfigName, {kMaxTritonConfigBytes, "Triton config", ""});
+      config = parse_triton_config(std::string(text.begin(), text.end()),
+                                   (folder / kTritonConfigName).string());
+    } catch (const UsageError& e) {
+      model.problem = e.what();
+      return {model};
+    }
+  }
   fs::directory_iterator entries(folder, error);
   if (error) {
     model.problem = fmt::format("cannot read {}: {}", folder.string(), describe(error));
     return {model};
   }
-  std::optional<int64_t> best_version;
-  std::vector<fs::path> best_files;
+  std::map<int64_t, fs::path> present;
   for (; entries != fs::directory_iterator(); entries.increment(error)) {
     if (error) {
       model.problem = fmt::format("cannot read {}: {}", folder.string(), describe(error));
@@ -89,15 +145,10 @@ std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::
     const fs::path version_folder = entries->path();
     const std::string name = version_folder.filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(),
-                                     [](unsigned char c) { return std::isdigit(c); })) {
+                                     [](unsigned char c) { return std::isdigit(c); }) ||
+        std::find(std::begin(kTritonSpecialFolders), std::end(kTritonSpecialFolders), name) !=
+            std::end(kTritonSpecialFolders)) {
       continue;  // not a version folder; Triton ignores it too
-    }
-    const std::optional<int64_t> version = parse_version_folder_name(name);
-    if (!version) {
-      model.problem = fmt::format("version folder {} is above {}, the largest version Triton "
-                                  "accepts (int64)",
-                                  version_folder.string(), std::numeric_limits<int64_t>::max());
-      return {model};
     }
     if (!is_folder(version_folder, error)) {
       if (error) {
@@ -107,6 +158,45 @@ std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::
       }
       continue;
     }
+    if (name.size() > 1 && name.front() == '0') {
+      spdlog::warn("{}: Triton ignores version folder '{}' (a leading zero); not checked",
+                   printable(folder.string()), printable(name));
+      continue;
+    }
+    const std::optional<int64_t> version = parse_version_folder_name(name);
+    if (!version) {
+      model.problem = fmt::format("version folder {} is above {}, the largest version Triton "
+                                  "accepts (int64)",
+                                  version_folder.string(), std::numeric_limits<int64_t>::max());
+      return {model};
+    }
+    present.emplace(*version, version_folder);
+  }
+  VersionChoice choice;
+  try {
+    choice = versions_to_load(present, config);
+  } catch (const std::exception& e) {  // a version number protobuf accepted and stoll did not
+    model.problem = fmt::format("{}: version_policy: {}", (folder / kTritonConfigName).string(),
+                                e.what());
+    return {model};
+  }
+  if (!choice.missing.empty()) {
+    model.problem = fmt::format("{}: version_policy lists version {}, which has no folder in {} "
+                                "(Triton logs an error and serves the others)",
+                                (folder / kTritonConfigName).string(), choice.missing.front(),
+                                folder.string());
+    return {model};
+  }
+  if (choice.load.empty()) {
+    model.problem = fmt::format("no version folder of {} that Triton would load (folders named "
+                                "1, 2, ..., holding model.pt or model.pt2); re-export it with "
+                                "scripted/export.py",
+                                folder.string());
+    return {model};
+  }
+  std::vector<RepositoryModel> models;
+  for (const int64_t version : choice.load) {
+    const fs::path& version_folder = present.at(version);
     std::vector<fs::path> files;
     for (const char* file_name : kModelFileNames) {
       const fs::path file = version_folder / file_name;
@@ -119,22 +209,17 @@ std::vector<RepositoryModel> models_in_folder(const fs::path& folder, const fs::
         files.push_back(file);
       }
     }
-    if (!files.empty() && (!best_version || *version > *best_version)) {
-      best_version = version;
-      best_files = std::move(files);
+    if (files.empty()) {
+      model.problem = fmt::format("no model.pt or model.pt2 in {}, a version Triton would load; "
+                                  "re-export it with scripted/export.py",
+                                  version_folder.string());
+      return {model};
     }
-  }
-  if (best_files.empty()) {
-    model.problem = fmt::format("no model.pt or model.pt2 in a version folder of {}; "
-                                "re-export it with scripted/export.py",
-                                folder.string());
-    return {model};
-  }
-  std::vector<RepositoryModel> models;
-  for (fs::path& file : best_files) {
-    RepositoryModel found = model;
-    found.model_file = std::move(file);
-    models.push_back(std::move(found));
+    for (fs::path& file : files) {
+      RepositoryModel found = model;
+      found.model_file = std::move(file);
+      models.push_back(std::move(found));
+    }
   }
   return models;
 }

@@ -25,7 +25,8 @@ inline constexpr const char* kTritonConfigName = "config.pbtxt";
 struct RepositoryModel {
   std::string name;                       // the model's folder: fusedops_98_... (unescaped)
   std::filesystem::path folder;           // <repository>/<name>
-  std::filesystem::path model_file;       // <folder>/<highest version>/model.pt or model.pt2
+  // <folder>/<version>/model.pt or model.pt2: each version Triton would load is an entry
+  std::filesystem::path model_file;
   // The folder the model's files must stay inside (the repository, or the model folder when
   // one model was asked for), canonical.
   std::filesystem::path root;

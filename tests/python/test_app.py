@@ -205,6 +205,71 @@ def test_check_takes_one_model_folder_or_file(model_repo):
     assert run_app("check", folder / "1" / "model.pt").stdout.startswith("PASS ")
 
 
+def _folder_with_versions(model_repo, tmp_path, versions, policy=None):
+    """A copy of model 18's folder whose version folders are `versions` (each a copy of 1/),
+    config.pbtxt with `policy` appended, the manifest re-signed, then 1/model.pt damaged after
+    signing: a check that reads it fails."""
+    folder = tmp_path / MODEL_NAMES["18"]
+    shutil.copytree(model_repo / MODEL_NAMES["18"], folder)
+    for version in versions:
+        if version != "1":
+            shutil.copytree(folder / "1", folder / version)
+    manifest = json.loads((folder / "fusedops_manifest.json").read_text())
+    for version in versions:
+        manifest["files"].setdefault(f"{version}/model.pt", {})
+    (folder / "fusedops_manifest.json").write_text(json.dumps(manifest))
+    if policy:
+        with open(folder / "config.pbtxt", "a") as config:
+            config.write(f"\nversion_policy: {policy}\n")
+    resign_manifest(folder)
+    model = folder / "1" / "model.pt"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    return folder
+
+
+@pytest.mark.parametrize("versions,policy", [
+    (["1", "02"], None),                                 # Triton skips "02": serves 1
+    (["1", "2"], "{ specific: { versions: [ 1 ] } }"),   # Triton serves 1 alone
+    (["1", "2"], "{ all: { } }"),                        # Triton serves both
+    (["1", "2"], "{ latest: { num_versions: 2 } }"),
+])
+def test_check_chooses_the_versions_triton_serves(model_repo, tmp_path, versions, policy):
+    """issue 36: with 1/ damaged and a good copy in 02/ (or in 2/ under a version_policy that
+    names 1), check passed (exit 0) checking the copy, while Triton r26.05 serves the damaged
+    1/ (model_lifecycle.cc, VersionsToLoad: no leading zeros, the policy's versions)."""
+    folder = _folder_with_versions(model_repo, tmp_path, versions, policy)
+    result = run_app("check", folder, expect=None)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "1/model.pt" in result.stdout and "SHA-256" in result.stdout, result.stdout
+
+
+def test_check_checks_every_version_the_policy_loads(model_repo, tmp_path):
+    folder = tmp_path / MODEL_NAMES["18"]
+    shutil.copytree(model_repo / MODEL_NAMES["18"], folder)
+    shutil.copytree(folder / "1", folder / "3")
+    shutil.copytree(folder / "1", folder / "010")
+    manifest = json.loads((folder / "fusedops_manifest.json").read_text())
+    manifest["files"]["3/model.pt"] = {}
+    (folder / "fusedops_manifest.json").write_text(json.dumps(manifest))
+    with open(folder / "config.pbtxt", "a") as config:
+        config.write("\nversion_policy: { all: { } }\n")
+    resign_manifest(folder)
+    result = run_app("check", folder)
+    assert result.stdout.count("PASS ") == 2, result.stdout  # 1 and 3; not 010
+    assert "leading zero" in result.stderr, result.stderr
+    with open(folder / "config.pbtxt", "a") as config:
+        config.write("\n")
+    text = (folder / "config.pbtxt").read_text().replace("{ all: { } }",
+                                                         "{ specific: { versions: [ 1, 7 ] } }")
+    (folder / "config.pbtxt").write_text(text)
+    resign_manifest(folder)
+    result = run_app("check", folder, expect=None)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "version_policy lists version 7, which has no folder" in result.stdout, result.stdout
+
+
 def test_check_fails_on_a_wrong_reference(model_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(model_repo, repo)
