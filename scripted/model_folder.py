@@ -5,8 +5,15 @@ every file, then a manifest of exactly the bytes this run wrote), then put in pl
 step under the repository's lock (a flock on the repository folder itself, so that no lock file
 is left in it):
 
-- a reader sees the old folder or the new one, never a mix: over an existing folder the two
-  are exchanged atomically (renameat2 RENAME_EXCHANGE), and the old one is then removed;
+- over an existing folder the two are exchanged atomically (renameat2 RENAME_EXCHANGE), and
+  the old one is then removed. A path names the old folder or the new one, never a mix of their
+  files; a reader that opens several files one after another (a folder has no snapshot) can
+  still straddle the exchange, so fusedops_app reads a model folder's files again when the
+  folder was exchanged while it read them (app/src/file_access.h, read_consistently): each
+  command uses one export's files. Triton reads config.pbtxt when it loads a model and the model
+  file when an instance starts, each by path: a load that overlaps an export may pair one
+  export's config with the other's model (the same model at other sizes, say) — with explicit
+  model control, load or reload a model after its export has finished;
 - two exports of one folder at once each build their own staging folder and take turns at
   the swap: the last one wins, and whichever it is, the folder holds one run's files and that
   run's manifest, never a folder fusedops_app refuses;

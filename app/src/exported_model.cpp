@@ -177,10 +177,14 @@ ExportedModel ExportedModel::load(const std::filesystem::path& path, const c10::
   }
   spdlog::debug("loading {} onto {}", path.string(), device.str());
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<char> bytes = read_model_file(path, options);
-  ExportedModel model = model_format_of(path) == ModelFormat::kAotiPackage
-                            ? load_aoti_package(path, bytes, device)
-                            : load_torchscript(path, bytes, device);
+  // The model file and its folder's manifest (and what the load reads beside them), from one
+  // export of the model folder, <folder>/<version>/model.pt.
+  ExportedModel model = read_consistently(path.parent_path().parent_path(), [&] {
+    const std::vector<char> bytes = read_model_file(path, options);
+    return model_format_of(path) == ModelFormat::kAotiPackage
+               ? load_aoti_package(path, bytes, device)
+               : load_torchscript(path, bytes, device);
+  });
   spdlog::debug("loaded {} in {:.1f} ms", path.filename().string(),
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                     .count());

@@ -295,4 +295,20 @@ fs::path temporary_folder() {
   return folder;
 }
 
+FolderIdentity folder_identity(const std::filesystem::path& folder) {
+  struct stat status {};
+  if (::stat(folder.c_str(), &status) != 0) {
+    return {};
+  }
+  return {status.st_dev, status.st_ino,
+          static_cast<int64_t>(status.st_ctim.tv_sec) * 1'000'000'000 + status.st_ctim.tv_nsec,
+          true};
+}
+
+void throw_folder_kept_changing(const std::filesystem::path& folder) {
+  throw UsageError(fmt::format("{} was replaced while it was being read, {} times in a row (an "
+                               "export writing it?); try again when it is done",
+                               folder.string(), kMaxFolderReadAttempts));
+}
+
 }  // namespace fusedops_app

@@ -10,6 +10,9 @@
 // - A file is written to a temporary file next to it and renamed into place, and only a
 //   regular file or nothing is replaced: never a device, FIFO, socket, folder or symbolic link
 //   (renaming over a link replaces the link, not its target; over /dev/null, the device).
+// - The files of one model folder that one command reads together are read while it stays one
+//   folder (read_consistently): an export replaces a model folder by exchanging it with a new
+//   one, and a read that straddled the exchange is done again.
 #pragma once
 
 #include <sys/types.h>
@@ -91,6 +94,55 @@ void check_writable(const std::filesystem::path& path, ExistingFile existing,
 // Throws UsageError naming path and the cause.
 void write_file_atomically(const std::filesystem::path& path, const std::vector<char>& bytes,
                            ExistingFile existing, const std::string& option);
+
+// What identifies the folder at a path now: its device, inode and status-change time. An
+// export replaces a model folder by exchanging it with a complete new one
+// (scripted/model_folder.py: renameat2 RENAME_EXCHANGE, then the old one removed), which changes
+// them; a file rewritten inside it does not. Equal to another only when both could be read.
+struct FolderIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  int64_t changed_ns = 0;
+  bool read = false;
+  bool operator==(const FolderIdentity& other) const {
+    return read && other.read && device == other.device && inode == other.inode &&
+           changed_ns == other.changed_ns;
+  }
+  bool operator!=(const FolderIdentity& other) const { return !(*this == other); }
+};
+FolderIdentity folder_identity(const std::filesystem::path& folder);
+
+[[noreturn]] void throw_folder_kept_changing(const std::filesystem::path& folder);
+
+// How often read_consistently reads a folder that keeps being replaced before it gives up.
+inline constexpr int kMaxFolderReadAttempts = 5;
+
+// Runs read(), which reads files of folder one after another by path, until one run happened
+// while the path named one folder throughout, and returns what that run returned (or throws
+// what it threw): a run that straddled an export's exchange of the folder, and saw some files
+// of the old folder and some of the new, or a file the export had just removed, is discarded
+// and done again. So a reader gets the old folder's files or the new one's, never a mix
+// (issue 36: `check` during a re-export said "sample_input.pt has SHA-256 X, the manifest says
+// Y" in 17 of 91 runs). Throws UsageError when the folder was replaced during each of
+// kMaxFolderReadAttempts runs.
+template <typename Read>
+auto read_consistently(const std::filesystem::path& folder, Read&& read) -> decltype(read()) {
+  for (int attempt = 1;; ++attempt) {
+    const FolderIdentity before = folder_identity(folder);
+    bool replaced = false;
+    try {
+      auto result = read();
+      replaced = folder_identity(folder) != before;
+      if (!replaced) return result;
+    } catch (...) {
+      replaced = before.read && folder_identity(folder) != before;
+      if (!replaced || attempt == kMaxFolderReadAttempts) throw;
+    }
+    if (attempt == kMaxFolderReadAttempts) {
+      throw_folder_kept_changing(folder);
+    }
+  }
+}
 
 // The folder temporary files go into: $TMPDIR, or /tmp when it is unset or empty (POSIX: an
 // empty TMPDIR is no TMPDIR). Throws UsageError when it is not a folder.

@@ -324,12 +324,11 @@ void check_model_config(const std::string& config_text, const std::string& folde
   check_triton_config(parse_triton_config(config_text, source), expected, source);
 }
 
-ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::Device& device,
-                                       const ToleranceOverride& overrides,
-                                       const RepositoryReadOptions& options) {
-  if (!model.problem.empty()) {
-    throw UsageError(model.problem);
-  }
+namespace {
+
+ReferenceCheck check_once(const RepositoryModel& model, const c10::Device& device,
+                          const ToleranceOverride& overrides,
+                          const RepositoryReadOptions& options) {
   for (const fs::path& path :
        {model.folder, model.model_file, model.folder / kManifestFileName,
         model.folder / kTritonConfigName, model.folder / kSampleInputName,
@@ -397,6 +396,19 @@ ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   check.comparison = compare_to_reference(output, reference, check.tolerance, reference_float64);
   return check;
+}
+
+}  // namespace
+
+ReferenceCheck check_against_reference(const RepositoryModel& model, const c10::Device& device,
+                                       const ToleranceOverride& overrides,
+                                       const RepositoryReadOptions& options) {
+  if (!model.problem.empty()) {
+    throw UsageError(model.problem);
+  }
+  // The manifest, the model, config.pbtxt and the samples, all from one export of the folder.
+  return read_consistently(model.folder,
+                           [&] { return check_once(model, device, overrides, options); });
 }
 
 }  // namespace fusedops_app

@@ -270,6 +270,51 @@ def test_check_checks_every_version_the_policy_loads(model_repo, tmp_path):
     assert "version_policy lists version 7, which has no folder" in result.stdout, result.stdout
 
 
+def test_check_during_a_reexport_sees_one_export(tmp_path):
+    """issue 36: one shell re-exported a model folder in a loop (alternating seeds), another
+    checked it: 17 of 91 checks failed with "sample_input.pt has SHA-256 X, the manifest says Y",
+    files of two exports read together. Here the export's own last step (scripted/model_folder.py
+    exchanges the model folder with a complete new one) runs every 0.3 s between two exports of
+    other seeds while 40 checks run: every check reads one export's files (exit 0)."""
+    import threading
+
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from scripted.model_folder import exchange
+    finally:
+        sys.path.pop(0)
+    exports = {}
+    for seed in (1, 2):
+        out = tmp_path / f"seed{seed}"
+        subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small", "--models",
+                        "18", "--formats", "pt", "--output", str(out), "--seed", str(seed)],
+                       cwd=REPO_ROOT, env=python_env(), check=True, capture_output=True,
+                       timeout=600)
+        exports[seed] = out / MODEL_NAMES["18"]
+    folder, other = exports[1], exports[2]
+    if not exchange(folder, other) or not exchange(folder, other):
+        pytest.skip("this file system cannot exchange two folders (renameat2 RENAME_EXCHANGE)")
+    done = threading.Event()
+    swaps = []
+
+    def reexport():
+        while not done.wait(0.3):
+            exchange(folder, other)
+            swaps.append(1)
+
+    writer = threading.Thread(target=reexport)
+    writer.start()
+    try:
+        checks = [run_app("check", folder, expect=None) for _ in range(40)]
+    finally:
+        done.set()
+        writer.join()
+    assert len(swaps) >= 10, f"only {len(swaps)} exchanges during the checks"
+    failed = [c for c in checks if c.returncode != 0]
+    assert not failed, (f"{len(failed)} of {len(checks)} checks failed; the first:\n"
+                        f"{failed[0].stdout}{failed[0].stderr}")
+
+
 def test_check_fails_on_a_wrong_reference(model_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(model_repo, repo)
