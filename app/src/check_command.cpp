@@ -32,7 +32,8 @@ JsonDocument comparison_json(const ReferenceCheck& check) {
                          {"mismatches", c.mismatches},
                          {"within_float64_only", c.within_float64_only},
                          {"max_abs_error", c.max_abs_error},
-                         {"max_rel_error", c.max_rel_error}};
+                         {"max_rel_error", c.max_rel_error},
+                         {"tolerance_used", c.tolerance_used}};
   if (c.mismatches > 0) {
     result["worst"] = {{"index", c.worst_index},
                        {"got", c.worst_value},

@@ -355,6 +355,8 @@ Comparison compare_to_reference(const at::Tensor& output, const at::Tensor& refe
   result.max_abs_error = abs_error.max().item<double>();
   result.max_rel_error =
       (abs_error / expected.abs().clamp_min(std::numeric_limits<double>::min())).max().item<double>();
+  result.tolerance_used =
+      (abs_error / allowed.clamp_min(std::numeric_limits<double>::min())).max().item<double>();
 
   at::Tensor excess = at::where(abs_error.isnan(),
                                 at::full({}, std::numeric_limits<double>::infinity(),
@@ -386,8 +388,10 @@ std::string Comparison::describe(const Tolerance& tolerance) const {
     return fmt::format("output dtype {} differs from the reference's {}",
                        dtype_name(output_dtype), dtype_name(reference_dtype));
   }
-  std::string text = fmt::format("max_abs_err {:.3g}, max_rel_err {:.3g} (atol {:g}, rtol {:g})",
-                                 max_abs_error, max_rel_error, tolerance.atol, tolerance.rtol);
+  std::string text = fmt::format(
+      "max_abs_err {:.3g}, at most {:.3g} of the tolerance atol + rtol * |ref| (atol {:g}, "
+      "rtol {:g})",
+      max_abs_error, tolerance_used, tolerance.atol, tolerance.rtol);
   if (mismatches > 0) {
     text += fmt::format("; {} of {} elements outside the tolerance, worst at [{}]: got {:.8g}, "
                         "expected {:.8g}",

@@ -66,6 +66,11 @@ struct Comparison {
   int64_t within_float64_only = 0;
   double max_abs_error = 0.0;
   double max_rel_error = 0.0;
+  // The quantity the tolerance rule tests: the largest |out - reference| / (atol + rtol *
+  // |reference|) over the elements (at most 1 passes, but for within_float64_only ones).
+  // max_rel_error alone reads as a failure where an element is near zero (0.288 for a passing
+  // model 62), since atol, not rtol, covers it.
+  double tolerance_used = 0.0;
   std::vector<int64_t> worst_index;  // where |out - reference| - tolerance is largest
   double worst_value = 0.0;
   double worst_expected = 0.0;

@@ -197,6 +197,11 @@ def test_check_passes_every_model(model_repo):
     for line, name in zip(out, sorted(MODEL_NAMES.values())):
         assert line.startswith(f"PASS {name} on cpu ([32, 256] float32"), line
         assert "(atol 0.0001, rtol 0.0001)" in line
+        # The quantity the rule tests (issue 36: "max_rel_err 0.288" on a passing model 62
+        # read as a failure).
+        assert "max_rel_err" not in line, line
+        used = float(re.search(r"at most (\S+) of the tolerance atol \+ rtol \* \|ref\|", line)[1])
+        assert 0 <= used <= 1, line
 
 
 def test_check_takes_one_model_folder_or_file(model_repo):
@@ -464,6 +469,7 @@ def test_check_json_document(model_repo, tmp_path):
         assert model["status"] == "pass"
         assert (model["atol"], model["rtol"]) == (1e-4, 1e-4)
         assert model["mismatches"] == 0 and model["elements"] > 0
+        assert 0 <= model["tolerance_used"] <= 1
         assert model["input"] == "[32, 256] float32"
     # Progress is not lost: each model's line on stderr.
     assert result.stderr.count("PASS ") == 4
@@ -481,6 +487,7 @@ def test_check_json_document(model_repo, tmp_path):
     document = json.loads(result.stdout)
     by_name = {m["name"]: m for m in document["models"]}
     assert by_name[name]["status"] == "fail" and by_name[name]["mismatches"] == 1
+    assert by_name[name]["tolerance_used"] > 1
     assert by_name[name]["worst"]["index"] == [3]
     assert by_name[MODEL_NAMES["18"]]["status"] == "error"
     assert "damaged" in by_name[MODEL_NAMES["18"]]["message"]
