@@ -5,13 +5,17 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <filesystem>
 #include <set>
+#include <spdlog/spdlog.h>
+#include <system_error>
 
 #include "app_error.h"
 #include "commands.h"
 #include "exported_model.h"
 #include "fusedops/fusedops.h"
 #include "json_output.h"
+#include "model_repository.h"
 #include "printable.h"
 #include "tensor_io.h"
 
@@ -110,27 +114,28 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   CLI::App* command = app.add_subcommand(
       "info", "What an exported model is: its format, fusedops.json, weights and devices");
   command->add_option("model", options.model,
-                      "model.pt or model.pt2 written by scripted/export.py")
+                      "model.pt or model.pt2 written by scripted/export.py, or a model folder "
+                      "or a repository (every model Triton would serve in it)")
       ->required();
   command->add_flag("--json", options.json,
                     "one JSON document on stdout instead of the text (app/README.md)");
   return command;
 }
 
-int run_info_command(const InfoOptions& options, const c10::Device& device,
-                     const FileOptions& files) {
-  ExportedModel model = ExportedModel::load(options.model, device, files.load);
-  if (options.json) {
-    print_json(info_json(model, device));
-    return kExitOk;
-  }
+namespace {
+
+// A shape with its batch dimension named B (the first of the input's and of the output's: a
+// model's rows are its batch), e.g. "[B, 256]", "[B]".
+std::string batch_free_shape(const std::vector<int64_t>& shape) {
+  std::vector<std::string> dims{"B"};
+  for (size_t d = 1; d < shape.size(); ++d) dims.push_back(std::to_string(shape[d]));
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+void print_info(const ExportedModel& model, const c10::Device& device) {
   fmt::print("file        {}\n", printable(model.path().string()));
   fmt::print("format      {}\n", model.artifact_description());
   if (const auto& metadata = model.metadata()) {
-    std::vector<std::string> batch_free_dims{"B"};
-    for (size_t d = 1; d < metadata->input.shape.size(); ++d) {
-      batch_free_dims.push_back(std::to_string(metadata->input.shape[d]));
-    }
     // Strings from the file are escaped: they cannot start lines of their own.
     fmt::print("model       {} (problem {}, {})\n", printable(metadata->model_name),
                printable(metadata->problem), printable(metadata->name));
@@ -139,9 +144,10 @@ int run_info_command(const InfoOptions& options, const c10::Device& device,
     fmt::print("init args   {}\n", printable(metadata->init_args.dump()));
     fmt::print("mode        {}\n", metadata->mode);
     fmt::print("numerics    {}\n", metadata->numerics);
-    fmt::print("input       [{}] {} (exported with B = {})\n", fmt::join(batch_free_dims, ", "),
-               dtype_name(metadata->input.dtype), metadata->input.shape[0]);
-    fmt::print("output      {} {}\n", shape_text(metadata->output.shape),
+    fmt::print("input       {} {} (exported with B = {})\n",
+               batch_free_shape(metadata->input.shape), dtype_name(metadata->input.dtype),
+               metadata->input.shape[0]);
+    fmt::print("output      {} {}\n", batch_free_shape(metadata->output.shape),
                dtype_name(metadata->output.dtype));
     fmt::print("exported    on {}, seed {}, fusedops {}, torch {}\n", printable(metadata->device),
                metadata->seed, printable(metadata->fusedops_version),
@@ -157,7 +163,52 @@ int run_info_command(const InfoOptions& options, const c10::Device& device,
   }
   fmt::print("devices     model on [{}] (--device {}); this machine: cpu, {} CUDA GPU(s)\n",
              fmt::join(devices_of(groups), ", "), device.str(), torch::cuda::device_count());
-  return kExitOk;
+}
+
+}  // namespace
+
+int run_info_command(const InfoOptions& options, const c10::Device& device,
+                     const FileOptions& files) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(options.model, error)) {
+    ExportedModel model = ExportedModel::load(options.model, device, files.load);
+    if (options.json) {
+      print_json(info_json(model, device));
+    } else {
+      print_info(model, device);
+    }
+    return kExitOk;
+  }
+  // A repository or a model folder: every model file in it that Triton would serve (check's
+  // choice), one after another; a model that cannot be read is an error line, the others go on.
+  int errors = 0;
+  JsonDocument models = JsonDocument::array();
+  bool first = true;
+  for (const RepositoryModel& found : find_repository_models(options.model)) {
+    try {
+      if (!found.problem.empty()) throw UsageError(found.problem);
+      LoadOptions load = files.load;
+      load.root = found.root;
+      const ExportedModel model = ExportedModel::load(found.model_file, device, load);
+      if (options.json) {
+        models.push_back(info_json(model, device));
+      } else {
+        fmt::print("{}", first ? "" : "\n");
+        print_info(model, device);
+      }
+    } catch (const std::exception& e) {
+      ++errors;
+      spdlog::error("{}: {}", printable(found.name), torch_error_message(e));
+      if (options.json) {
+        models.push_back({{"name", found.name}, {"error", torch_error_message(e)}});
+      }
+    }
+    first = false;
+  }
+  if (options.json) {
+    print_json({{"command", "info"}, {"target", options.model}, {"models", models}});
+  }
+  return errors > 0 ? kExitUsage : kExitOk;
 }
 
 }  // namespace fusedops_app

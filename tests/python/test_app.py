@@ -167,6 +167,22 @@ def test_info_describes_model_parameters_and_devices(model_repo):
     assert "model on [cpu]" in out
 
 
+def test_info_takes_a_repository_or_a_model_folder(model_repo):
+    """issue 41: `info build/model_repo` (the first thing a user tries) said "is not a file";
+    the output's batch is named B as the input's is."""
+    out = run_app("info", model_repo).stdout
+    assert out.count("file        ") == 4, out
+    for key, name in MODEL_NAMES.items():
+        assert f"file        {model_file(model_repo, key)}" in out
+    assert "output      [B] float32" in out  # model 98
+    assert "output      [B, 1] float32" in out  # model 18
+    folder = run_app("info", model_repo / MODEL_NAMES["62"]).stdout
+    assert folder.count("file        ") == 1 and "output      [B, 512] float32" in folder, folder
+    document = json.loads(run_app("info", model_repo, "--json").stdout)
+    assert document["command"] == "info" and len(document["models"]) == 4
+    assert {m["metadata"]["problem"] for m in document["models"]} == set(MODEL_NAMES)
+
+
 def test_run_summarizes_a_random_input(model_repo):
     out = run_app("run", model_file(model_repo, "62"), "--batch", 5, "--values", 3).stdout
     assert "input  [5, 256] float32 on cpu" in out
