@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusedops/fusedops.h"  // the public API this file implements: FoldCacheStats, FoldCheckScope
 #include "plan/settings.h"
 
 #if FUSEDOPS_WITH_CUDA

@@ -83,7 +83,6 @@
 #include <optional>
 #include <vector>
 
-#include "fusedops/fusedops.h"  // FoldCacheStats, fold_cache_stats(), clear_fold_cache()
 
 namespace fusedops {
 

@@ -6,7 +6,7 @@
 #include <array>
 #include <mutex>
 
-#include "cuda/gemm/mainloop_3xfp16_sm90.h"  // sm90_kernels_built
+#include "cuda/gemm/sm90_kernels.h"  // sm90_kernels_built
 
 namespace fusedops::cuda {
 

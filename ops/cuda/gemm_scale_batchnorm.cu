@@ -1,9 +1,9 @@
 // Model 39 on CUDA, a composition: checks, the planned GEMM y = x W^T (cuda/linear.h), then
-// z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h);
-// in eval mode at small batch all of it in one kernel (skinny-half-fused, or skinny-3xfp16-fused
-// in float32: gemm/skinny_half.h);
-// in training at large batch, the statistics' moments from the GEMM's epilogue (TF32 allowed:
-// 1xfp16-fused, gemm/gemm_3xfp16.h; float16/bfloat16: sm90-half-fused, gemm/gemm_half.h).
+// z = (y + b) * scale and BatchNorm1d in training or eval mode (cuda/epilogues/batchnorm.h).
+// With one scale value per column, in eval mode the chain is a per-column affine map (at few
+// rows all of it in one kernel: epilogues/scale_batchnorm_fused.h), and in training its
+// statistics follow from y's column moments, which a GEMM's epilogue can take by tiles (TF32
+// allowed: gemm/gemm_3xfp16.h; float16/bfloat16: gemm/gemm_half.h).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -15,6 +15,7 @@
 #include "common/fold_cache.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/batchnorm.h"
+#include "cuda/epilogues/scale_batchnorm_fused.h"
 #include "cuda/gemm/gemm_3xfp16.h"
 #include "cuda/gemm/gemm_half.h"
 #include "cuda/gemm/skinny_half.h"
@@ -24,11 +25,11 @@ namespace fusedops {
 namespace {
 
 // y = x W^T (float32) and its column moments by tiles, from the Hopper half GEMM's epilogue.
-void run_half_moments(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y,
+void run_half_moments(const at::Tensor& x, const at::Tensor& weight, int sm_count, at::Tensor& y,
                       cuda::TileMoments& tiles) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   const cuda::gemm::Fp16GemmShape shape{static_cast<int>(m), static_cast<int>(n),
-                                        static_cast<int>(k), 1, k, k, 0, 0};
+                                        static_cast<int>(k), 1, k, k, 0, 0, sm_count};
   const auto type = x.scalar_type() == at::kHalf ? cuda::gemm::HalfType::kFloat16
                                                  : cuda::gemm::HalfType::kBFloat16;
   cuda::gemm::half_moments_gemm_sm90(type, shape, x.data_ptr(), weight.data_ptr(),
@@ -60,20 +61,21 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   }
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
   const at::Tensor gamma = bn_weight.contiguous(), beta = bn_bias.contiguous();
-  // One scale value per column: in eval mode the whole chain is a per-column affine map, which
-  // the skinny-half kernel applies to its tile; in training the statistics of z follow from
-  // y's, which the one-product GEMM's epilogue can take by tiles.
   const bool per_column = scale.dim() == 1 && scale.size(0) == n;
-  const cuda::PlannedLinear planned =
-      cuda::plan_linear(plan::Op::kScaleBatchNorm, xc, wc, mode, per_column, cache_folds,
-                        out_dtype != x.scalar_type(), training);
+  cuda::LinearNeeds needs{"gemm_scale_batchnorm"};
+  needs.epilogue = !per_column ? plan::Epilogue::kNone
+                   : training  ? plan::Epilogue::kColumnMoments
+                               : plan::Epilogue::kColumnAffine;
+  needs.one_pass_rows = cuda::kBatchNormOnePassRows;
+  needs.autocast_form = out_dtype != x.scalar_type();
+  const cuda::PlannedLinear planned = cuda::plan_linear(needs, xc, wc, mode, cache_folds);
+  const int sm_count = planned.request.device.sm_count;
   if (planned.plan.route == plan::Route::kSkinnyHalfFused ||
       planned.plan.route == plan::Route::kSkinny3xFp16Fused) {
     cuda::gemm::SkinnyOperands ops;
     if (cuda::gemm::skinny_operands(xc, wc, weight, cache_folds, ops)) {
-      cuda::gemm::skinny_half_batchnorm_eval(ops, bc, scale, gamma, beta,
-                                             running_mean.contiguous(), running_var.contiguous(),
-                                             eps, out, planned.request.device.sm_count);
+      cuda::scale_batchnorm_eval_skinny(ops, bc, scale, gamma, beta, running_mean.contiguous(),
+                                        running_var.contiguous(), eps, out, sm_count);
       return out;
     }
   }
@@ -84,9 +86,9 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     linear.y = at::empty({batch, n}, x.options().dtype(at::kFloat));
     tiles = cuda::make_tile_moments(batch, n, cuda::gemm::kMomentsTileRows, linear.y);
     if (planned.plan.route == plan::Route::kSm90HalfFused) {
-      run_half_moments(xc, wc, linear.y, *tiles);
-    } else if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, linear.y,
-                                                     *tiles)) {
+      run_half_moments(xc, wc, sm_count, linear.y, *tiles);
+    } else if (!cuda::gemm::linear_nt_1xfp16_moments(xc, wc, weight, cache_folds, sm_count,
+                                                     linear.y, *tiles)) {
       tiles.reset();
     }
   }

@@ -38,13 +38,16 @@ plan::DType dtype_of(at::ScalarType t) {
 
 }  // namespace
 
-PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable, bool cache_folds,
-                          bool autocast_form, bool training) {
+PlannedLinear plan_linear(const LinearNeeds& needs, const at::Tensor& x, const at::Tensor& weight,
+                          Numerics numerics, bool cache_folds) {
   PlannedLinear p;
   p.device_index = x.device().index();
   plan::GemmRequest& r = p.request;
-  r.op = op;
+  r.op = needs.op;
+  r.epilogue = needs.epilogue;
+  r.one_pass_rows = needs.one_pass_rows;
+  r.folded_weight = needs.folded_weight;
+  r.autocast_form = needs.autocast_form;
   r.dtype = dtype_of(x.scalar_type());
   r.numerics = numerics;
   r.precision = plan::cuda_matmul_precision();
@@ -53,9 +56,6 @@ PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& we
   r.k = x.size(1);
   r.x_aligned = is_16_byte_aligned(x.data_ptr());
   r.w_aligned = is_16_byte_aligned(weight.data_ptr());
-  r.epilogue_fusable = epilogue_fusable;
-  r.autocast_form = autocast_form;
-  r.training = training;
   // A training step's folds last one call, cached or not (common/fold_cache.h, TrainingCall).
   r.folds_cached = cache_folds && !TrainingCall::active();
   r.device = device_facts(p.device_index);
@@ -103,10 +103,14 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
       gemm::tf32x3_linear(x, weight, weight_key, cache_folds, plan::settings().tf32x3_chunk, y);
       break;
     case Route::kFp16x3:
-    case Route::kFp16x1: {
-      const auto products =
-          route == Route::kFp16x1 ? gemm::Products::kOne : gemm::Products::kThree;
-      if (!gemm::linear_nt_3xfp16(x, weight, weight_key, cache_folds, products, y)) {
+    case Route::kFp16x3SplitK:
+    case Route::kFp16x1:
+    case Route::kFp16x1SplitK: {
+      const auto products = route == Route::kFp16x1 || route == Route::kFp16x1SplitK
+                                ? gemm::Products::kOne
+                                : gemm::Products::kThree;
+      if (!gemm::linear_nt_3xfp16(x, weight, weight_key, cache_folds, products,
+                                  planned.request.device.sm_count, y)) {
         return run_fallback(planned, x, weight, bias, weight_key, cache_folds,
                             kWeightRefused3xFp16);
       }
@@ -123,15 +127,10 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
 
 LinearOutput run_linear(const PlannedLinear& planned, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& bias, const at::Tensor& weight_key, bool cache_folds) {
-  using plan::Route;
-  const Route route = planned.plan.route;
-  const bool fused = route == Route::kSm90HalfFused || route == Route::kSkinnyHalfFused ||
-                     route == Route::kSkinny3xFp16Fused || route == Route::kFp16x3Fused ||
-                     route == Route::kFp16x1Fused;
-  if (fused) {
+  if (plan::fused_route(planned.plan.route)) {  // the operator ran it; its engine refused
     return run_fallback(planned, x, weight, bias, weight_key, cache_folds, kWeightRefused3xFp16);
   }
-  return run_route(route, planned, x, weight, bias, weight_key, cache_folds);
+  return run_route(planned.plan.route, planned, x, weight, bias, weight_key, cache_folds);
 }
 
 at::Tensor y_for_epilogue(const LinearOutput& linear, at::ScalarType out_dtype) {

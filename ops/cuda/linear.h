@@ -19,12 +19,17 @@ struct PlannedLinear {
   plan::Plan plan;
   int device_index = 0;
 };
-// cache_folds: the call's (W's folds outlive it); autocast_form: the operator was called in its
-// autocast form (common/checks.h); training: model 39's BatchNorm is in training mode
-// (plan::GemmRequest).
-PlannedLinear plan_linear(plan::Op op, const at::Tensor& x, const at::Tensor& weight,
-                          Numerics numerics, bool epilogue_fusable, bool cache_folds,
-                          bool autocast_form = false, bool training = false);
+// What an operator tells the planner of itself (plan::GemmRequest's fields of the same names).
+struct LinearNeeds {
+  const char* op = "";
+  plan::Epilogue epilogue = plan::Epilogue::kNone;
+  int64_t one_pass_rows = 0;
+  bool folded_weight = false;
+  bool autocast_form = false;  // the operator was called in its autocast form (common/checks.h)
+};
+// cache_folds: the call's (W's folds outlive it).
+PlannedLinear plan_linear(const LinearNeeds& needs, const at::Tensor& x, const at::Tensor& weight,
+                          Numerics numerics, bool cache_folds);
 
 // y of an unfused route; of a fused route, its fallback: the operator ran the fused route
 // itself and gets here only where its engine refused the data (the 3xFP16 weight check).

@@ -39,10 +39,14 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   cuda::GeluScaleMaxArgs args{folded[1], xc, weight.contiguous(), bias.contiguous(),
                               pool_kernel_size, scale_factor,
                               rounds_intermediates(mode, x.scalar_type())};
-  // The epilogue reads the partials 4 columns at a time with the pooled bias beside them.
-  const bool fusable = pooled_weight.size(0) % 4 == 0;
-  const cuda::PlannedLinear planned = cuda::plan_linear(plan::Op::kAvgPoolGeluScaleMax, xc,
-                                                        pooled_weight, mode, fusable, cache_folds);
+  // A row reduction of the pooled GEMM's output; it reads the partials 4 columns at a time
+  // with the pooled bias beside them.
+  cuda::LinearNeeds needs{"matmul_avgpool_gelu_scale_max"};
+  needs.epilogue = pooled_weight.size(0) % 4 == 0 ? plan::Epilogue::kRowReduction
+                                                  : plan::Epilogue::kNone;
+  needs.folded_weight = true;
+  const cuda::PlannedLinear planned =
+      cuda::plan_linear(needs, xc, pooled_weight, mode, cache_folds);
   if (planned.plan.route == plan::Route::kFp16x3Fused ||
       planned.plan.route == plan::Route::kFp16x1Fused) {
     const auto products = planned.plan.route == plan::Route::kFp16x1Fused
@@ -50,7 +54,8 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
                               : cuda::gemm::Products::kThree;
     cuda::gemm::Partials3xFp16 partials;
     if (cuda::gemm::linear_nt_3xfp16_partials(xc, pooled_weight, pooled_weight, cache_folds,
-                                              products, partials)) {
+                                              products, planned.request.device.sm_count,
+                                              partials)) {
       cuda::gelu_scale_max_partials(partials, pooled_weight, args, out);
       return out;
     }

@@ -1,9 +1,8 @@
 // Model 62 on CUDA, a composition: checks, plan (cuda/linear.h), then either a fused route
-// (float16/bfloat16 on Hopper: bias, GroupNorm, LeakyReLU and x2 on the GEMM's float32
-// accumulators, gemm/gemm_half.h; few rows on any sm_80+, float32 too: the same on the
-// skinny-half kernel's tile, gemm/skinny_half.h; y is never written) or the planned GEMM
-// followed by one pass over y (epilogues/groupnorm_leakyrelu_sum.h). The math is
-// epilogues/groupnorm_leakyrelu_sum.h in both.
+// (a group-statistics epilogue: bias, GroupNorm, LeakyReLU and x2 inside the GEMM, y never
+// written: epilogues/groupnorm_leakyrelu_sum_fused.h) or the planned GEMM followed by one pass
+// over y (epilogues/groupnorm_leakyrelu_sum.h). The math is epilogues/groupnorm_leakyrelu_sum.h
+// in both.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -14,7 +13,7 @@
 #include "common/fold_cache.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/groupnorm_leakyrelu_sum.h"
-#include "cuda/gemm/gemm_half.h"
+#include "cuda/epilogues/groupnorm_leakyrelu_sum_fused.h"
 #include "cuda/gemm/skinny_half.h"
 #include "cuda/linear.h"
 
@@ -26,13 +25,13 @@ bool pair_aligned(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % (2 * t.element_size()) == 0;
 }
 
-void run_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-               int64_t group_size, const at::Tensor& gamma, const at::Tensor& beta, double eps,
-               double negative_slope, at::Tensor& out) {
+void run_sm90(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+              int64_t group_size, const at::Tensor& gamma, const at::Tensor& beta, double eps,
+              double negative_slope, int sm_count, at::Tensor& out) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   const cuda::gemm::Fp16GemmShape shape{static_cast<int>(m), static_cast<int>(n),
-                                        static_cast<int>(k), 1, k, k, 0, 0};
-  const cuda::gemm::GroupNormEpilogueArgs epilogue{bias.data_ptr(),
+                                        static_cast<int>(k), 1, k, k, 0, 0, sm_count};
+  const cuda::GroupNormGemmArgs epilogue{bias.data_ptr(),
                                                    gamma.data_ptr(),
                                                    beta.data_ptr(),
                                                    static_cast<int>(group_size),
@@ -42,8 +41,8 @@ void run_fused(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& 
                                                    out.scalar_type() == at::kFloat};
   const auto type = x.scalar_type() == at::kHalf ? cuda::gemm::HalfType::kFloat16
                                                  : cuda::gemm::HalfType::kBFloat16;
-  cuda::gemm::half_groupnorm_gemm_sm90(type, shape, x.data_ptr(), weight.data_ptr(), epilogue,
-                                       at::cuda::getCurrentCUDAStream());
+  cuda::groupnorm_leakyrelu_sum_gemm_sm90(type, shape, x.data_ptr(), weight.data_ptr(), epilogue,
+                                          at::cuda::getCurrentCUDAStream());
 }
 
 at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Tensor& weight,
@@ -66,25 +65,27 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
   const at::Tensor gamma = gn_weight.contiguous(), beta = gn_bias.contiguous();
   const int64_t group_size = hidden / num_groups;
   // The fused epilogues reduce a group in registers (the Hopper GEMM's layout rule) or own one
-  // per block (the skinny-half kernel's): the same group sizes.
-  static_assert(cuda::gemm::kHalfTileN == 128, "skinny_half_group_ok takes the same groups");
+  // per block (the skinny-half kernel's): the same group sizes in half precision.
+  static_assert(cuda::gemm::kHalfTileN == 128, "skinny_group_ok takes the same groups");
   const bool fusable = (x.scalar_type() == at::kFloat
-                           ? cuda::gemm::skinny_half_group_ok(group_size, /*float32=*/true)
-                           : cuda::gemm::half_groupnorm_group_ok(group_size)) &&
+                           ? cuda::skinny_group_ok(group_size, /*float32=*/true)
+                           : cuda::sm90_group_ok(group_size)) &&
                        pair_aligned(bc) && pair_aligned(gamma) && pair_aligned(beta);
-  const cuda::PlannedLinear planned = cuda::plan_linear(
-      plan::Op::kGroupNormLeakyRelu, xc, wc, mode, fusable, cache_folds,
-      out_dtype != x.scalar_type());
+  cuda::LinearNeeds needs{"matmul_groupnorm_leakyrelu_sum"};
+  needs.epilogue = fusable ? plan::Epilogue::kGroupStatistics : plan::Epilogue::kNone;
+  needs.autocast_form = out_dtype != x.scalar_type();
+  const cuda::PlannedLinear planned = cuda::plan_linear(needs, xc, wc, mode, cache_folds);
+  const int sm_count = planned.request.device.sm_count;
   if (planned.plan.route == plan::Route::kSm90HalfFused) {
-    run_fused(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, out);
+    run_sm90(xc, wc, bc, group_size, gamma, beta, eps, negative_slope, sm_count, out);
     return out;
   }
   if (planned.plan.route == plan::Route::kSkinnyHalfFused ||
       planned.plan.route == plan::Route::kSkinny3xFp16Fused) {
     cuda::gemm::SkinnyOperands ops;
     if (cuda::gemm::skinny_operands(xc, wc, weight, cache_folds, ops)) {
-      cuda::gemm::skinny_half_groupnorm(ops, bc, group_size, gamma, beta, eps, negative_slope,
-                                        out, planned.request.device.sm_count);
+      cuda::groupnorm_leakyrelu_sum_skinny(ops, bc, group_size, gamma, beta, eps, negative_slope,
+                                           out, sm_count);
       return out;
     }
   }

@@ -31,9 +31,10 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cuda(const at::Tensor& x,
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
   at::Tensor out = at::empty({xc.size(0), 1}, x.options());
   if (xc.size(0) == 0) return out;
-  const cuda::PlannedLinear planned =
-      cuda::plan_linear(plan::Op::kSumMaxAvgPoolLse, xc, wc, mode, /*epilogue_fusable=*/false,
-                        cache_folds);
+  // Only the row sums of y: the GEMM folds to a matvec.
+  cuda::LinearNeeds needs{"matmul_sum_max_avgpool_logsumexp_logsumexp"};
+  needs.epilogue = plan::Epilogue::kRowSum;
+  const cuda::PlannedLinear planned = cuda::plan_linear(needs, xc, wc, mode, cache_folds);
   if (planned.plan.route == plan::Route::kFoldedMatvec) {
     const at::ScalarType acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     const FoldTensors folded = fold_weights(kSumLinearFold, 0, {weight, bias}, cache_folds,

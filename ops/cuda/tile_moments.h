@@ -1,6 +1,6 @@
-// Column moments of y by tiles of rows: what a GEMM's epilogue can hand model 39's BatchNorm
-// (gemm/gemm_3xfp16.h writes them, epilogues/batchnorm.h merges them), so that its training
-// statistics need no pass over y of their own.
+// Column moments of y by tiles of rows: what a GEMM's column-moments epilogue hands an
+// operator that needs column statistics (gemm/gemm_3xfp16.h and gemm/gemm_half.h write them,
+// epilogues/batchnorm.h merges them), so that they need no pass over y of their own.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -28,7 +28,7 @@ bool reporting() { return t_recording || settings().log_routes; }
 
 std::string describe(const GemmRequest& r, const Plan& plan, int device_index) {
   std::ostringstream line;
-  line << op_name(r.op) << ' ' << dtype_name(r.dtype) << (r.autocast_form ? " autocast" : "")
+  line << r.op << ' ' << dtype_name(r.dtype) << (r.autocast_form ? " autocast" : "")
        << ' ' << (r.numerics == Numerics::kEager ? "eager" : "accurate") << " m=" << r.m << " n=" << r.n
        << " k=" << r.k << " cuda:" << device_index << ": " << route_name(plan.route) << " ("
        << plan.why << ')';

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "cuda/gemm/tile_shapes.h"
+#include "cuda/gemm/heuristics.h"
 
 namespace fusedops::plan {
 
@@ -23,23 +23,15 @@ const char* route_name(Route route) {
     case Route::kSkinny3xFp16: return "skinny-3xfp16";
     case Route::kSkinny3xFp16Fused: return "skinny-3xfp16-fused";
     case Route::kFp16x3: return "3xfp16";
+    case Route::kFp16x3SplitK: return "3xfp16-splitk";
     case Route::kFp16x3Fused: return "3xfp16-fused";
     case Route::kFp16x1: return "1xfp16";
+    case Route::kFp16x1SplitK: return "1xfp16-splitk";
     case Route::kFp16x1Fused: return "1xfp16-fused";
     case Route::kTf32x3: return "3xtf32";
     case Route::kSgemm: return "sgemm";
     case Route::kTf32: return "tf32";
     case Route::kBf16x: return "bf16x";
-  }
-  return "?";
-}
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kAvgPoolGeluScaleMax: return "matmul_avgpool_gelu_scale_max";
-    case Op::kSumMaxAvgPoolLse: return "matmul_sum_max_avgpool_logsumexp_logsumexp";
-    case Op::kScaleBatchNorm: return "gemm_scale_batchnorm";
-    case Op::kGroupNormLeakyRelu: return "matmul_groupnorm_leakyrelu_sum";
   }
   return "?";
 }
@@ -58,8 +50,6 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 bool hopper(const DeviceFacts& d) { return d.sm90_kernels && d.major == 9 && d.minor == 0; }
@@ -71,8 +61,9 @@ const char* why_not_3xfp16(const GemmRequest& r) {
   if (!r.device.sm90_kernels) return "this build has no sm_90a kernels";
   if (!hopper(r.device)) return "the device is not sm_90";
   if (r.n % 4 != 0) return "N is not a multiple of 4";
-  const int64_t kp = ceil_div(r.k, cuda::gemm::kTileK) * cuda::gemm::kTileK;
-  if (r.m > kInt32Max || r.n > kInt32Max || 2 * kp > kInt32Max) return "sizes exceed 32 bits";
+  if (r.m > kInt32Max || r.n > kInt32Max || 2 * cuda::gemm::padded_k(r.k) > kInt32Max) {
+    return "sizes exceed 32 bits";
+  }
   return nullptr;
 }
 
@@ -81,7 +72,7 @@ const char* why_not_3xfp16(const GemmRequest& r) {
 const char* why_not_sm90_half(const GemmRequest& r) {
   if (!r.device.sm90_kernels) return "this build has no sm_90a kernels";
   if (!hopper(r.device)) return "the device is not sm_90";
-  if (!r.epilogue_fusable) return "the operator's epilogue cannot take these sizes";
+  if (r.epilogue == Epilogue::kNone) return "the operator's epilogue cannot take these sizes";
   if (r.k == 0 || r.k % 8 != 0 || !r.x_aligned || !r.w_aligned) {
     return "x and weight must be contiguous, 16-byte aligned, with in_features a positive "
            "multiple of 8";
@@ -90,9 +81,9 @@ const char* why_not_sm90_half(const GemmRequest& r) {
   return nullptr;
 }
 
-// W is narrow where N gives fewer than 32 rows of W per SM (model 98's pooled weight, 512 rows):
-// the weight-streaming kernels' blocks then leave SMs idle and re-read x rarely. The skinny
-// rules below split on it, float32 and half alike.
+// W is narrow where N gives fewer than 32 rows of W per SM (a pooled weight): the
+// weight-streaming kernels' blocks then leave SMs idle and re-read x rarely. The skinny rules
+// below split on it, float32 and half alike.
 bool narrow_weight(const GemmRequest& r) {
   return r.n < 32 * static_cast<int64_t>(r.device.sm_count);
 }
@@ -101,19 +92,30 @@ double gemm_flop(const GemmRequest& r) {
   return 2.0 * static_cast<double>(r.m) * static_cast<double>(r.n) * static_cast<double>(r.k);
 }
 
+// Whether the request's epilogue can run inside `route` at its sizes: the engine hosts it, and
+// the epilogue's own conditions hold. Column moments pay only above the rows the operator's
+// own pass takes with one read of y, need whole column pairs (N a multiple of 4), and a GEMM
+// that is not split over K (a split GEMM's epilogue sees partial sums).
+bool fuses(Route route, const GemmRequest& r) {
+  if (!hosts(route, r.epilogue)) return false;
+  if (r.epilogue != Epilogue::kColumnMoments) return true;
+  if (r.m <= r.one_pass_rows || r.n % 4 != 0) return false;
+  return route != Route::kFp16x1Fused ||
+         !cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, /*one_product=*/true,
+                                         /*partials=*/false, r.device.sm_count).split();
+}
+
 // The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times and launches five
-// kernels: it measured faster than SGEMM and 3xTF32 at batch 1024 for all three models
-// (model 98's N = 512 included, split over K; docs/PERFORMANCE.md). Few rows make the GEMM a
-// read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the others run.
+// kernels: it measured faster than SGEMM and 3xTF32 at large batches (docs/PERFORMANCE.md).
+// Few rows make the GEMM a read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the
+// others run.
 bool large_for_fp16_engine(const GemmRequest& r) {
   return r.m >= kMin3xFp16Rows && gemm_flop(r) >= kMin3xFp16Flop;
 }
 
-// float32-exact from 65 rows, where W's fold outlives the call: one Python call of models 39
-// and 62 at n = k = 8192 (H100, L2 emptied by a read; docs/PERFORMANCE.md, issue 25) took
-// 0.239-0.259 ms on this engine at 96 rows against SGEMM's 0.386-0.419 (cuBLAS changes tiles
-// between 64 and 96 rows), and the same as SGEMM at 33-64 rows (0.231-0.290 against
-// 0.238-0.305). Where the fold is made per call (a pass over W and a host sync), 128 rows.
+// float32-exact from 65 rows, where W's fold outlives the call: from 65 rows cuBLAS's SGEMM
+// changes tiles and this engine measured faster (docs/PERFORMANCE.md, issue 25), at 33-64 rows
+// the same. Where the fold is made per call (a pass over W and a host sync), 128 rows.
 bool large_for_fp16_engine_exact(const GemmRequest& r) {
   return r.m >= (r.folds_cached ? kMin3xFp16CachedRows : kMin3xFp16Rows) &&
          gemm_flop(r) >= kMin3xFp16Flop;
@@ -158,21 +160,17 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
       // twice TF32's rate; its guard and weight check send what fp16 cannot carry to exact
       // paths, a refused weight to TF32 (tests/python/test_tf32.py: its error against float64
       // is no larger than PyTorch's TF32's). Elsewhere, or small: the very GEMM PyTorch's own
-      // matmul runs (cuBLASLt with its heuristics), which measured a few percent faster than
-      // cublasGemmEx's choice.
-      // Model 98 multiplies by its pooled weight, whose rows are means of the pool's rows:
-      // TF32's rounding of a pooled row is not averaged over the pool, as the reference's
-      // rounding of W's rows is, and measured up to 1.11x PyTorch's TF32 error against float64
-      // (257 x 1001 -> 4096 / 8, randn; tests/python/test_tf32.py). Its GEMM is the pool's size
-      // smaller, so where the one-product route does not run it stays float32-exact, and a
-      // weight that route refuses runs SGEMM.
+      // matmul runs (cuBLASLt with its heuristics).
+      // A folded weight (GemmRequest::folded_weight) measured up to 1.11x PyTorch's TF32 error
+      // under TF32 (tests/python/test_tf32.py): where the one-product route does not run it
+      // stays float32-exact, and a weight that route refuses runs SGEMM.
       if (large_for_fp16_engine(r) && why_not_3xfp16(r) == nullptr) {
-        p = {Route::kFp16x1, r.op == Op::kAvgPoolGeluScaleMax ? Route::kSgemm : Route::kTf32,
+        p = {Route::kFp16x1, r.folded_weight ? Route::kSgemm : Route::kTf32,
              "TF32 allowed (\"high\"): one fp16 product on Hopper, TF32's rounding"};
-      } else if (r.op == Op::kAvgPoolGeluScaleMax) {
+      } else if (r.folded_weight) {
         p = plan_fp32_exact(r, s);
-        p.why = "TF32 allowed, but TF32 on model 98's pooled weight is less accurate than "
-                "PyTorch's TF32: float32-exact";
+        p.why = "TF32 allowed, but TF32 on a folded weight is less accurate than PyTorch's "
+                "TF32: float32-exact";
       } else {
         p = {Route::kTf32, Route::kNone, "TF32 allowed (float32 matmul precision \"high\")"};
       }
@@ -193,17 +191,12 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
                         : p.route;
   // Small-batch serving: 3 to 32 rows, the skinny-half kernel on W's and x's fp16 pairs as the
   // 3xFP16 engine splits them (W's pair is that engine's fold, W's bytes: one read of W), three
-  // products at that engine's accuracy, the operator's epilogue inside. Kernel time at
-  // n = k = 8192 (H100, L2 emptied by a write; bench/gemv_floor.cu pair) 0.110-0.126 ms at
-  // 1-32 rows against 0.0998 for a plain read of those bytes. Per call (bench/
-  // serving_latency.py, models 39 and 62, L2 emptied by a read) 0.125-0.159 ms at 4-32 rows
-  // against SGEMM's 0.146-0.288; at 1-2 rows the skinny kernel's one launch measured 7-10%
-  // faster than this route's three (the guard's reset, x's split, the kernel), and at 3-4 rows
-  // too where N is under 32 x SMs (W narrow: the skinny kernel splits K between warps, and
-  // launches count more than bytes): model 98's pooled weight (512 x 8192, warm L2) took
-  // 0.028 ms a call on the skinny kernel against 0.039 on this route. Above 16 rows its blocks
-  // hold 64 rows of W: N must give half the SMs one. Where the user named the float32 GEMM
-  // (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold is made per call (training), SGEMM.
+  // products at that engine's accuracy, the epilogue inside. At 1-2 rows the skinny kernel's
+  // one launch beats this route's three (the guard's reset, x's split, the kernel), and at 3-4
+  // rows too where W is narrow (the skinny kernel splits K between warps, and launches count
+  // more than bytes). Above 16 rows its blocks hold 64 rows of W: N must give half the SMs one.
+  // Where the user named the float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold
+  // is made per call (training), SGEMM. (Measurements: docs/PERFORMANCE.md, issue 25.)
   const bool wide = !narrow_weight(r);
   const int64_t pair_rows = wide ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
   const bool skinny_first =
@@ -211,13 +204,14 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   if (s.fp32_gemm == Fp32GemmSetting::kAuto && !skinny_first && r.folds_cached &&
       r.m <= pair_rows && r.device.major >= 8 && r.n <= kInt32Max && r.k > 0 &&
       r.k <= kInt32Max / 4) {
-    const bool fusable = r.epilogue_fusable && (r.op == Op::kGroupNormLeakyRelu ||
-                                                (r.op == Op::kScaleBatchNorm && !r.training));
-    return {fusable ? Route::kSkinny3xFp16Fused : Route::kSkinny3xFp16, few,
-            fusable ? "few rows: one read of W's fp16 pair, three products, the epilogue in the "
-                      "same kernel (weight-streaming tensor-core kernel)"
-                    : "few rows: one read of W's fp16 pair, three products (weight-streaming "
-                      "tensor-core kernel)"};
+    if (fuses(Route::kSkinny3xFp16Fused, r)) {
+      return {Route::kSkinny3xFp16Fused, few,
+              "few rows: one read of W's fp16 pair, three products, the epilogue in the same "
+              "kernel (weight-streaming tensor-core kernel)"};
+    }
+    return {Route::kSkinny3xFp16, few,
+            "few rows: one read of W's fp16 pair, three products (weight-streaming tensor-core "
+            "kernel)"};
   }
   if (few == Route::kSkinny) {
     return {Route::kSkinny, Route::kNone, "at most 4 rows: a read of W (weight-streaming kernel)"};
@@ -236,35 +230,23 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   if (s.half_gemm == HalfGemmSetting::kCublas) {
     return {Route::kCublasHalf, Route::kNone, "FUSEDOPS_HALF_GEMM=cublas"};
   }
+  // The fused routes keep y in float32 registers: "accurate" numerics only.
   const bool accurate = r.numerics == Numerics::kAccurate;
-  // The Hopper half GEMM's epilogues, "accurate": model 62's whole chain on the float32
-  // accumulators; model 39's column moments in training, where its batch is more than the
-  // one-read BatchNorm kernel holds (the statistics would take a pass over y of their own: at
-  // 16384 x 4096 a 256 MiB read), N a multiple of 4 (the moments epilogue's column pairs).
-  const bool moments = r.op == Op::kScaleBatchNorm && r.training && r.epilogue_fusable &&
-                       r.m > kMaxBatchNormResidentRows && r.n % 4 == 0;
-  const bool sm90_fusable = accurate && (r.op == Op::kGroupNormLeakyRelu || moments);
-  // The skinny-half kernel's epilogues: model 62's, and model 39's in eval mode (a per-column
-  // affine map).
-  const bool skinny_fusable =
-      r.epilogue_fusable && accurate &&
-      (r.op == Op::kGroupNormLeakyRelu || (r.op == Op::kScaleBatchNorm && !r.training));
+  const bool sm90_fusable = accurate && fuses(Route::kSm90HalfFused, r);
+  const bool skinny_fusable = accurate && fuses(Route::kSkinnyHalfFused, r);
   const char* why_not = why_not_sm90_half(r);
   if (sm90_fusable && s.half_gemm == HalfGemmSetting::kFused) {
-    TORCH_CHECK(why_not == nullptr, "fusedops ", op_name(r.op),
+    TORCH_CHECK(why_not == nullptr, "fusedops ", r.op,
                 ": FUSEDOPS_HALF_GEMM=fused cannot run here: ", why_not, " (got m=", r.m,
                 ", n=", r.n, ", k=", r.k, ")");
     return {Route::kSm90HalfFused, Route::kNone, "FUSEDOPS_HALF_GEMM=fused"};
   }
   // Small-batch serving: few rows make the GEMM a read of W. Up to 16 rows the skinny-half
-  // kernel takes within 7% of cuBLAS's kernel time (faster with L2 full of dirty lines, slower
-  // with clean ones), from 24 rows 3-38% more (bench/gemv_floor.cu, H100: docs/PERFORMANCE.md,
-  // issue 25); one launch of our own with the operator's epilogue inside, its call costs the
-  // host less than cuBLAS's (no handle, math mode or workspace) plus an epilogue pass: model
-  // 39's and 62's half calls at 1-16 rows measured 0.067-0.080 ms against that route's
-  // 0.077-0.085. Where W is narrow (N under 32 x SMs: model 98's pooled weight) and nothing is
-  // fused, up to 32 rows: x's re-reads through L2 stay few (N / 16 blocks); model 98's half
-  // calls at 17-32 rows measured 0.032-0.033 ms against cuBLAS's 0.039-0.045.
+  // kernel matches cuBLAS's kernel time, from 24 rows it loses (its re-reads of x through L2
+  // grow with the rows); one launch of our own with the epilogue inside costs the host less
+  // than cuBLAS's (no handle, math mode or workspace) plus an epilogue pass. Where W is narrow
+  // and nothing is fused, up to 32 rows: x's re-reads stay few (N / 16 blocks).
+  // (Measurements: bench/gemv_floor.cu and docs/PERFORMANCE.md, issue 25.)
   const int64_t half_rows =
       narrow_weight(r) && !skinny_fusable ? kMaxSkinnyHalfNarrowRows : kMaxSkinnyHalfRows;
   if (r.m <= half_rows && skinny_half_fits(r)) {
@@ -285,36 +267,72 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   if (why_not != nullptr) {
     return {Route::kCublasHalf, Route::kNone, "the fused half-precision GEMM cannot run here"};
   }
-  // Fewer output tiles than SMs would leave SMs idle, where cuBLAS splits K. (Model 39's
-  // moments run the 128 x 256 tile.)
-  const int64_t tile_n = moments ? cuda::gemm::kCrossTileN : cuda::gemm::kHalfTileN;
-  const int64_t tiles = ceil_div(r.m, cuda::gemm::kHalfTileM) * ceil_div(r.n, tile_n);
-  if (tiles < r.device.sm_count) {
+  // Fewer output tiles than SMs would leave SMs idle, where cuBLAS splits K.
+  const bool moments = r.epilogue == Epilogue::kColumnMoments;
+  const int64_t tile_n = moments ? cuda::gemm::kMomentsTileN : cuda::gemm::kHalfTileN;
+  if (cuda::gemm::tiles_of(r.m, cuda::gemm::kHalfTileM) * cuda::gemm::tiles_of(r.n, tile_n) <
+      r.device.sm_count) {
     return {Route::kCublasHalf, Route::kNone, "too few output tiles to fill the GPU fused"};
   }
-  if (moments) {
-    return {Route::kSm90HalfFused, Route::kNone,
-            "training: the column moments in the Hopper half GEMM's epilogue"};
+  return {Route::kSm90HalfFused, Route::kNone,
+          moments ? "the column moments in the Hopper half GEMM's epilogue"
+                  : "epilogue fused into the Hopper half GEMM"};
+}
+
+// The 3xFP16 engine's routes as the call's sizes and epilogue make them: fused where the
+// epilogue runs inside, split over K where the output tiles are too few to fill the GPU.
+void name_fp16_engine_route(const GemmRequest& r, Plan& p) {
+  const bool one = p.route == Route::kFp16x1;
+  if (!one && p.route != Route::kFp16x3) return;
+  const Route fused = one ? Route::kFp16x1Fused : Route::kFp16x3Fused;
+  if (r.k > 0 && fuses(fused, r)) {
+    p.route = fused;
+    if (r.epilogue == Epilogue::kColumnMoments) {
+      p.why = "TF32 allowed (\"high\"): one fp16 product on Hopper, the column moments in its "
+              "epilogue";
+    }
+    return;
   }
-  return {Route::kSm90HalfFused, Route::kNone, "epilogue fused into the Hopper half GEMM"};
+  if (cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, one, /*partials=*/false, r.device.sm_count)
+          .split()) {
+    p.route = one ? Route::kFp16x1SplitK : Route::kFp16x3SplitK;
+  }
 }
 
 }  // namespace
+
+bool hosts(Route route, Epilogue e) {
+  switch (route) {
+    case Route::kFoldedMatvec: return e == Epilogue::kRowSum;
+    case Route::kSm90HalfFused:
+      return e == Epilogue::kGroupStatistics || e == Epilogue::kColumnMoments;
+    case Route::kSkinnyHalfFused:
+    case Route::kSkinny3xFp16Fused:
+      return e == Epilogue::kGroupStatistics || e == Epilogue::kColumnAffine;
+    case Route::kFp16x3Fused: return e == Epilogue::kRowReduction;
+    case Route::kFp16x1Fused:
+      return e == Epilogue::kRowReduction || e == Epilogue::kColumnMoments;
+    default: return false;
+  }
+}
+
+bool fused_route(Route route) {
+  return route == Route::kFoldedMatvec || route == Route::kSm90HalfFused ||
+         route == Route::kSkinnyHalfFused || route == Route::kSkinny3xFp16Fused ||
+         route == Route::kFp16x3Fused || route == Route::kFp16x1Fused;
+}
 
 Plan plan_gemm(const GemmRequest& r) {
   const Settings& s = r.settings != nullptr ? *r.settings : settings();
   TORCH_CHECK(s.error.empty(), s.error);
   if (r.m == 0 || r.n == 0) return {Route::kNone, Route::kNone, "empty output"};
-  const bool rounds = rounds_intermediates(r.numerics, is_half(r.dtype));
-  if (r.op == Op::kSumMaxAvgPoolLse) {
-    // The fold never forms y[i, j]; eager needs each one rounded, so it runs the full GEMM.
-    return rounds ? Plan{Route::kAtenLinear, Route::kNone, "eager: y as the reference rounds it"}
-                  : Plan{Route::kFoldedMatvec, Route::kNone, "sum of a Linear = x . colsum(W)"};
-  }
-  // Model 98's GEMM runs on the pooled weight, whose rows no reference op writes: its eager
-  // rounding happens in the epilogue, after any GEMM.
-  if (rounds && r.op != Op::kAvgPoolGeluScaleMax) {
+  // Eager half precision rounds y as the reference's GEMM writes it: ATen's GEMM. (A folded
+  // weight's y is no reference tensor: its rounding happens in the epilogue, after any GEMM.)
+  if (rounds_intermediates(r.numerics, is_half(r.dtype)) && !r.folded_weight) {
     return {Route::kAtenLinear, Route::kNone, "eager: y as the reference's GEMM rounds it"};
+  }
+  if (r.epilogue == Epilogue::kRowSum) {
+    return {Route::kFoldedMatvec, Route::kNone, "only y's row sums: x . colsum(W)"};
   }
   switch (r.dtype) {
     case DType::kFloat64:
@@ -326,20 +344,7 @@ Plan plan_gemm(const GemmRequest& r) {
       break;
   }
   Plan p = plan_float32(r, s);
-  if (r.op == Op::kAvgPoolGeluScaleMax && r.epilogue_fusable && r.k > 0) {
-    // Model 98's row epilogue sums the engine's K-slices itself: y is never written.
-    if (p.route == Route::kFp16x3) p.route = Route::kFp16x3Fused;
-    if (p.route == Route::kFp16x1) p.route = Route::kFp16x1Fused;
-  }
-  // Model 39 in training, more rows than its one-read BatchNorm kernel holds: the statistics
-  // would take a pass over y of their own (256 MiB at 16384 x 4096); the one-product GEMM's
-  // epilogue takes each tile's column moments instead, and y is read once, to normalize.
-  if (r.op == Op::kScaleBatchNorm && r.epilogue_fusable && r.training &&
-      r.m > kMaxBatchNormResidentRows && p.route == Route::kFp16x1) {
-    p.route = Route::kFp16x1Fused;
-    p.why = "TF32 allowed (\"high\"): one fp16 product on Hopper, the column moments in its "
-            "epilogue";
-  }
+  name_fp16_engine_route(r, p);
   return p;
 }
 

@@ -1,12 +1,14 @@
 // The GEMM planner: the one place that decides which GEMM runs for a fused operator, and why.
-// A pure function of a request (what the operator is and can fuse, the dtypes, numerics,
+// A pure function of a request (what the operator's epilogue needs, the dtypes, numerics,
 // torch's float32 matmul precision, the settings, the device, the sizes and alignment) to a
-// route (route.h) with a one-line reason. Kernel choice is data: the rules below are the
-// whole policy, and tests/cpp/test_planner.cpp walks them as a table on the CPU.
+// route (route.h) with a one-line reason. It matches what the operator's epilogue needs with
+// what each fused route's engine hosts (hosts() in planner.cpp) and never asks which operator
+// calls. The rules in planner.cpp are the whole policy, the shapes inside each engine are
+// cuda/gemm/heuristics.h's, and tests/cpp/test_planner.cpp walks the rules as a table on the CPU.
 //
-// How to add a route: a Route value and its name (route.h), its engine (ops/cuda/engines/ or
-// gemm/), one rule in plan_gemm (planner.cpp), a row in the table test; ops/cuda/linear.cu
-// runs it when it is an unfused GEMM, the operator's file when it fuses its epilogue.
+// How to add a route: a Route value and its name (route.h), its engine (ops/cuda/gemm/), one
+// rule in plan_gemm (planner.cpp), a row in the table test; ops/cuda/linear.cu runs it when it
+// is an unfused GEMM, the operator's file when it fuses its epilogue.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +19,17 @@
 
 namespace fusedops::plan {
 
-// Which fused operator asks: each has its own epilogue and fused routes.
-enum class Op : uint8_t {
-  kAvgPoolGeluScaleMax,  // model 98: the GEMM runs on the pooled (folded) weight
-  kSumMaxAvgPoolLse,     // model 18
-  kScaleBatchNorm,       // model 39
-  kGroupNormLeakyRelu,   // model 62
+// What an operator's epilogue needs from the GEMM's output, as an engine can host it. An
+// operator names its own (kNone where it cannot take the call's sizes inside a GEMM).
+enum class Epilogue : uint8_t {
+  kNone,             // a pass over y after the GEMM
+  kRowSum,           // only y's row sums: y = x W^T folds to x . colsum(W), a matvec
+  kRowReduction,     // each row of y reduced to one value: the engine's K-slice partials are
+                     // summed inside the reduction, y never written
+  kColumnAffine,     // a per-column affine map of each element of y
+  kGroupStatistics,  // statistics of groups of adjacent columns (a group inside one tile row)
+  kColumnMoments,    // statistics of each column over all rows: y and each row tile's moments
 };
-const char* op_name(Op op);
 
 enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16 };
 const char* dtype_name(DType dtype);
@@ -33,7 +38,7 @@ const char* dtype_name(DType dtype);
 // torch.set_float32_matmul_precision): "ieee" (highest), "tf32" (high), "bf16" (medium).
 enum class MatmulPrecision : uint8_t { kIeee, kTf32, kBf16 };
 
-// The facts of the device a call runs on (engines/device.h reads them once per device).
+// The facts of the device a call runs on (cuda/device_facts.h reads them once per device).
 struct DeviceFacts {
   int major = 0, minor = 0;
   int sm_count = 0;
@@ -41,21 +46,25 @@ struct DeviceFacts {
 };
 
 struct GemmRequest {
-  Op op = Op::kScaleBatchNorm;
+  const char* op = "";  // the operator's name: for messages and explain only
   DType dtype = DType::kFloat32;  // the model's dtype: x's and weight's
   Numerics numerics = Numerics::kAccurate;
   MatmulPrecision precision = MatmulPrecision::kIeee;
-  // y (m, n) = x (m, k) W (n, k)^T, as the GEMM sees it (model 98: n is the pooled width).
+  // y (m, n) = x (m, k) W (n, k)^T, as the GEMM sees it.
   int64_t m = 0, n = 0, k = 0;
   // x and the weight as the GEMM reads them (contiguous) start on 16-byte boundaries.
   bool x_aligned = true, w_aligned = true;
-  // The operator's epilogue can run inside its fused route at these sizes (model 62: the group
-  // size and its parameters' alignment; model 98: the pooled width and its bias's alignment;
-  // model 39: one scale value per column).
-  bool epilogue_fusable = false;
-  // Model 39: BatchNorm in training mode (its epilogue needs the batch's column statistics;
-  // in eval mode it is a per-column affine map).
-  bool training = false;
+  // What the operator's epilogue needs, where it can take these sizes inside a GEMM.
+  Epilogue epilogue = Epilogue::kNone;
+  // The most rows the operator's own pass after an unfused GEMM takes with one read of y:
+  // column moments from the GEMM's epilogue pay only above it.
+  int64_t one_pass_rows = 0;
+  // W is a fold of the reference's weight (its rows averaged over a pool), not the weight the
+  // reference multiplies: no reference op writes y, so eager rounding happens in the epilogue;
+  // and TF32's rounding of a folded row is not averaged over the pool as the reference's
+  // rounding of its rows is (less accurate than PyTorch's TF32), so TF32 runs only where fp16's
+  // per-row scales keep it as accurate.
+  bool folded_weight = false;
   // W's folds outlive the call: cached, and the call does not train the weights (a training
   // step's optimizer writes them after it). Where they do not, a route whose fold of W is made
   // per call (W's fp16 pair: a pass over W and a host sync) costs more than the GEMM itself at
@@ -80,6 +89,11 @@ struct Plan {
 // naming the setting and why.
 Plan plan_gemm(const GemmRequest& request);
 
+// Whether a fused route's engine hosts an epilogue (the capability table), and whether a route
+// is fused (the operator's file runs it; ops/cuda/linear.cu runs the others).
+bool hosts(Route route, Epilogue epilogue);
+bool fused_route(Route route);
+
 // Thresholds of the rules, exposed for the table test. Why each value: planner.cpp.
 inline constexpr int64_t kMaxSkinnyRows = 4;
 inline constexpr int64_t kMaxSkinnyHalfRows = 16;
@@ -91,7 +105,5 @@ inline constexpr int64_t kMin3xFp16CachedRows = 65;  // float32-exact, W's fold 
 inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30
 inline constexpr int64_t kMin3xTf32Rows = 128;
 inline constexpr int64_t kMin3xTf32Cols = 2048;
-// The most rows model 39's one-read BatchNorm kernel holds (cuda/epilogues/batchnorm.cu).
-inline constexpr int64_t kMaxBatchNormResidentRows = 1024;
 
 }  // namespace fusedops::plan

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/fold_cache.h"
+#include "fusedops/fusedops.h"  // the public API under test: fold_cache_stats, FoldCheckScope
 
 // Every operator new in this test program is counted, so a test can tell whether a stretch of
 // code allocated on the heap.

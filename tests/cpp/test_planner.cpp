@@ -1,6 +1,8 @@
 // The GEMM planner (ops/plan/planner.h) walked as a table on the CPU: operator x dtype x
 // numerics x precision x settings x device x sizes -> route. No GPU: the device is a row of
-// facts. Then the settings parser, and invariants over the whole cross product.
+// facts, and an operator is what it tells the planner of itself (as ops/cuda/<op>.cu does).
+// Then the capability table, the split-K heuristic, the settings parser, and invariants over
+// the whole cross product.
 #include <gtest/gtest.h>
 
 #include <c10/util/Exception.h>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gemm/heuristics.h"
 #include "plan/planner.h"
 #include "plan/settings.h"
 
@@ -17,10 +20,22 @@ namespace {
 
 using plan::DeviceFacts;
 using plan::DType;
+using plan::Epilogue;
 using plan::GemmRequest;
 using plan::MatmulPrecision;
-using plan::Op;
 using plan::Route;
+
+// The four models' operators (the table's shorthand; the planner never sees which).
+enum class Op { k62, k39, k98, k18 };
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::k62: return "matmul_groupnorm_leakyrelu_sum";
+    case Op::k39: return "gemm_scale_batchnorm";
+    case Op::k98: return "matmul_avgpool_gelu_scale_max";
+    case Op::k18: return "matmul_sum_max_avgpool_logsumexp_logsumexp";
+  }
+  return "?";
+}
 using plan::Settings;
 
 const DeviceFacts kH100{9, 0, 132, true};
@@ -53,15 +68,14 @@ struct Row {
   DeviceFacts device;
   int64_t m, n, k;
   bool aligned;   // x and the weight start on 16-byte boundaries
-  bool fusable;   // the operator's epilogue can run inside its fused route
+  bool fusable;   // the operator's epilogue can take these sizes inside a GEMM
   Route route;
   Route fallback;
   bool training = false;  // model 39's BatchNorm in training mode
   bool folds_cached = true;  // no gradient to the weights: W's folds outlive the call
 };
 
-constexpr Op k62 = Op::kGroupNormLeakyRelu, k39 = Op::kScaleBatchNorm,
-             k98 = Op::kAvgPoolGeluScaleMax, k18 = Op::kSumMaxAvgPoolLse;
+constexpr Op k62 = Op::k62, k39 = Op::k39, k98 = Op::k98, k18 = Op::k18;
 constexpr DType f32 = DType::kFloat32, f64 = DType::kFloat64, f16 = DType::kFloat16,
                 bf16 = DType::kBFloat16;
 constexpr Numerics acc = Numerics::kAccurate, eager = Numerics::kEager;
@@ -77,8 +91,8 @@ const std::vector<Row> kTable = {
     {"62 f32 on H100 without the sm_90a build", k62, f32, acc, ieee, &kAuto, kH100NoSm90Build, 1024, 8192, 8192, true, true, Route::kTf32x3, none},
     {"N not a multiple of 4: no 3xFP16", k39, f32, acc, ieee, &kAuto, kH100, 1024, 8190, 8192, true, false, Route::kTf32x3, none},
     {"64 rows: SGEMM", k39, f32, acc, ieee, &kAuto, kH100, 64, 8192, 8192, true, false, Route::kSgemm, none},
-    {"65 rows, W's fold cached: 3xFP16", k39, f32, acc, ieee, &kAuto, kH100, 65, 8192, 8192, true, false, Route::kFp16x3, Route::kSgemm},
-    {"127 rows, W's fold cached: 3xFP16", k62, f32, acc, ieee, &kAuto, kH100, 127, 8192, 8192, true, true, Route::kFp16x3, Route::kSgemm},
+    {"65 rows, W's fold cached: 3xFP16 (64 tiles: split over K)", k39, f32, acc, ieee, &kAuto, kH100, 65, 8192, 8192, true, false, Route::kFp16x3SplitK, Route::kSgemm},
+    {"127 rows, W's fold cached: 3xFP16 (64 tiles: split over K)", k62, f32, acc, ieee, &kAuto, kH100, 127, 8192, 8192, true, true, Route::kFp16x3SplitK, Route::kSgemm},
     {"127 rows, fold per call: neither split", k39, f32, acc, ieee, &kAuto, kH100, 127, 8192, 8192, true, false, Route::kSgemm, none, false, false},
     {"96 rows, TF32 allowed: TF32 (the one-product rule is 128 rows)", k62, f32, acc, tf32, &kAuto, kH100, 96, 8192, 8192, true, true, Route::kTf32, none},
     {"98 f32, 96 rows under 2^30 FLOP", k98, f32, acc, ieee, &kAuto, kH100, 96, 512, 8192, true, true, Route::kSgemm, none},
@@ -198,14 +212,35 @@ const std::vector<Row> kTable = {
     {"39 f16 8 rows, FUSEDOPS_HALF_GEMM=fused: not 39's, skinny-half", k39, f16, acc, ieee, &kFused, kH100, 8, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"62 f16 FUSEDOPS_HALF_GEMM=fused, 8 rows: the Hopper GEMM", k62, f16, acc, ieee, &kFused, kH100, 8, 8192, 8192, true, true, Route::kSm90HalfFused, none},
     {"62 f16 eager 1 row: ATen's GEMM", k62, f16, eager, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kAtenLinear, none},
+    // Split-K: too few output tiles to fill the GPU; column moments only where it is unsplit.
+    {"39 f32 1024 x 512: 3xFP16 split over K", k39, f32, acc, ieee, &kAuto, kH100, 1024, 512, 8192, true, false, Route::kFp16x3SplitK, Route::kSgemm},
+    {"62 TF32 1024 x 512: 1xFP16 split over K", k62, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, false, Route::kFp16x1SplitK, Route::kTf32},
+    {"39 TF32 training 2048 x 512: moments need the GEMM unsplit", k39, f32, acc, tf32, &kAuto, kH100, 2048, 512, 8192, true, true, Route::kFp16x1SplitK, Route::kTf32, true},
+    {"39 TF32 training 2048 x 512 on 32 SMs: unsplit, moments", k39, f32, acc, tf32, &kAuto, plan::DeviceFacts{9, 0, 32, true}, 2048, 512, 8192, true, true, Route::kFp16x1Fused, Route::kTf32, true},
     // Empty outputs.
     {"no rows", k39, f32, acc, ieee, &kAuto, kH100, 0, 8192, 8192, true, false, none, none},
     {"no columns", k62, f16, acc, ieee, &kAuto, kH100, 8, 0, 8192, true, true, none, none},
 };
 
+// What each operator tells the planner (ops/cuda/<op>.cu): its epilogue where it can take the
+// sizes (model 39's by mode), the rows its own BatchNorm pass reads once, model 98's folded
+// weight.
 GemmRequest request_of(const Row& row) {
   GemmRequest r;
-  r.op = row.op;
+  r.op = op_name(row.op);
+  switch (row.op) {
+    case Op::k62: r.epilogue = Epilogue::kGroupStatistics; break;
+    case Op::k39:
+      r.epilogue = row.training ? Epilogue::kColumnMoments : Epilogue::kColumnAffine;
+      r.one_pass_rows = 1024;
+      break;
+    case Op::k98:
+      r.epilogue = Epilogue::kRowReduction;
+      r.folded_weight = true;
+      break;
+    case Op::k18: r.epilogue = Epilogue::kRowSum; break;
+  }
+  if (!row.fusable && row.op != Op::k18) r.epilogue = Epilogue::kNone;
   r.dtype = row.dtype;
   r.numerics = row.numerics;
   r.precision = row.precision;
@@ -213,8 +248,6 @@ GemmRequest request_of(const Row& row) {
   r.n = row.n;
   r.k = row.k;
   r.x_aligned = r.w_aligned = row.aligned;
-  r.epilogue_fusable = row.fusable;
-  r.training = row.training;
   r.folds_cached = row.folds_cached;
   r.device = row.device;
   r.settings = row.settings;
@@ -228,6 +261,53 @@ TEST(Planner, Table) {
     EXPECT_EQ(plan::route_name(p.fallback), std::string(plan::route_name(row.fallback))) << row.name;
     EXPECT_STRNE(p.why, "") << row.name;
   }
+}
+
+// The capability table: each fused route hosts an epilogue, none hosts "none", and an operator
+// whose epilogue a route does not host never gets it.
+TEST(Planner, EpiloguesMatchWhatEnginesHost) {
+  const Route fused[] = {Route::kFoldedMatvec, Route::kSm90HalfFused, Route::kSkinnyHalfFused,
+                         Route::kSkinny3xFp16Fused, Route::kFp16x3Fused, Route::kFp16x1Fused};
+  const Epilogue all[] = {Epilogue::kNone, Epilogue::kRowSum, Epilogue::kRowReduction,
+                          Epilogue::kColumnAffine, Epilogue::kGroupStatistics,
+                          Epilogue::kColumnMoments};
+  for (Route r : fused) {
+    int hosted = 0;
+    for (Epilogue e : all) hosted += plan::hosts(r, e);
+    EXPECT_GT(hosted, 0) << plan::route_name(r);
+    EXPECT_FALSE(plan::hosts(r, Epilogue::kNone)) << plan::route_name(r);
+    EXPECT_TRUE(plan::fused_route(r)) << plan::route_name(r);
+  }
+  EXPECT_FALSE(plan::hosts(Route::kFp16x3SplitK, Epilogue::kRowReduction));
+  EXPECT_FALSE(plan::hosts(Route::kSkinnyHalfFused, Epilogue::kColumnMoments));
+  // A fifth operator with only a per-column affine map gets the skinny kernels' fused routes and
+  // no other: the planner asks what the epilogue is, not who calls.
+  GemmRequest r;
+  r.op = "a fifth operator";
+  r.epilogue = Epilogue::kColumnAffine;
+  r.device = kH100;
+  r.settings = &kAuto;
+  r.m = 8;
+  r.n = r.k = 8192;
+  r.dtype = f16;
+  EXPECT_EQ(plan::plan_gemm(r).route, Route::kSkinnyHalfFused);
+  r.m = 1024;
+  EXPECT_EQ(plan::plan_gemm(r).route, Route::kCublasHalf);
+}
+
+// Split-K's heuristic (cuda/gemm/heuristics.h), which names the split routes: whole K steps, at
+// least 8 a slice, a divisor of the steps, no more slices than the SMs give each tile.
+TEST(Heuristics, SplitKSlices) {
+  using cuda::gemm::split_k_slices;
+  EXPECT_EQ(split_k_slices(1024, 8192, 8192, 128, 132), 1);    // 512 tiles: no split
+  EXPECT_EQ(split_k_slices(1024, 512, 8192, 128, 132), 4);     // 32 tiles, 128 steps
+  EXPECT_EQ(split_k_slices(1024, 512, 16384, 256, 132), 8);    // 16 tiles, 256 steps
+  EXPECT_EQ(split_k_slices(128, 128, 8 * 64, 128, 132), 1);    // 8 steps: a slice needs 8
+  EXPECT_EQ(split_k_slices(128, 128, 33 * 64, 128, 132), 3);   // 33 steps: 3 divides, 4 not
+  EXPECT_EQ(split_k_slices(1024, 512, 8192, 128, 32), 1);      // 32 tiles fill 32 SMs
+  const auto s = cuda::gemm::fp16_engine_slices(65, 4104, 2056, false, false, 132);
+  EXPECT_TRUE(s.split());
+  EXPECT_EQ(s.main, 3);  // 33 tiles of 128, K padded to 33 steps
 }
 
 // A forced route that cannot run is an error naming the setting and why, never a fallback.
@@ -346,7 +426,7 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                   const plan::Plan p = plan::plan_gemm(request_of(row));
                   const Route r = p.route;
                   const bool half = dtype == f16 || dtype == bf16;
-                  SCOPED_TRACE(std::string(plan::op_name(op)) + " " + plan::dtype_name(dtype) +
+                  SCOPED_TRACE(std::string(op_name(op)) + " " + plan::dtype_name(dtype) +
                                " m=" + std::to_string(size[0]) + ": " + plan::route_name(r));
                   ++planned;
                   if (op == k18) {
@@ -411,13 +491,28 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     // Model 98 never runs TF32 on its pooled weight (planner.cpp).
                     const bool exact98 = op == k98 && r != Route::kTf32;
                     EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny || pairs ||
-                                r == Route::kFp16x1 || r == Route::kFp16x1Fused || exact98);
+                                r == Route::kFp16x1 || r == Route::kFp16x1SplitK ||
+                                r == Route::kFp16x1Fused || exact98);
                   }
-                  if (r == Route::kFp16x1 || r == Route::kFp16x1Fused) {
+                  if (r == Route::kFp16x1 || r == Route::kFp16x1SplitK ||
+                      r == Route::kFp16x1Fused) {
                     EXPECT_EQ(precision, tf32);
                   }
-                  const bool engine = r == Route::kFp16x3 || r == Route::kFp16x3Fused ||
-                                      r == Route::kFp16x1 || r == Route::kFp16x1Fused;
+                  const bool engine = r == Route::kFp16x3 || r == Route::kFp16x3SplitK ||
+                                      r == Route::kFp16x3Fused || r == Route::kFp16x1 ||
+                                      r == Route::kFp16x1SplitK || r == Route::kFp16x1Fused;
+                  // A split route is named where the engine's own heuristic splits K, and only
+                  // there; a fused route hosts the operator's epilogue.
+                  if (r == Route::kFp16x3 || r == Route::kFp16x3SplitK || r == Route::kFp16x1 ||
+                      r == Route::kFp16x1SplitK) {
+                    const bool one = r == Route::kFp16x1 || r == Route::kFp16x1SplitK;
+                    EXPECT_EQ(r == Route::kFp16x3SplitK || r == Route::kFp16x1SplitK,
+                              cuda::gemm::fp16_engine_slices(size[0], size[1], size[2], one, false,
+                                                             device.sm_count).split());
+                  }
+                  if (plan::fused_route(r)) {
+                    EXPECT_TRUE(plan::hosts(r, request_of(row).epilogue));
+                  }
                   if (engine) {
                     EXPECT_TRUE(device.major == 9 && device.sm90_kernels && size[1] % 4 == 0);
                     EXPECT_EQ(p.fallback,

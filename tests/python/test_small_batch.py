@@ -187,7 +187,8 @@ def test_float32_from_65_rows_runs_the_3xfp16_engine_where_the_fold_is_cached(ca
     = 1.1e9; in_features not a multiple of the 64-wide K step, out_features of a partial tile)."""
     init_args = {"39": (2056, 4104, (4104,)), "62": (2056, 4104, 4104 // 8)}[case]
     new, x = _run_batches(case, init_args, torch.float32, "randn", (64, 65, 100, 127))
-    for b, route in ((64, "sgemm"), (65, "3xfp16"), (127, "3xfp16")):
+    # (33 output tiles of the promoted GEMM: the engine splits K, a route of its own name.)
+    for b, route in ((64, "sgemm"), (65, "3xfp16-splitk"), (127, "3xfp16-splitk")):
         (line,) = fusedops.explain(new, x[:b])
         assert f": {route} (" in line, line
     # With gradients to the weights (fusedops.explain runs under no_grad: recorded directly).

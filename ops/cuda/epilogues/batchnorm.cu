@@ -397,8 +397,8 @@ constexpr int kResidentQuads = 8;
 constexpr int kResidentCols = 4 * kResidentQuads;
 constexpr int kResidentRowGroups = 64;  // rows at a time; a thread holds kRows of them
 constexpr int kResidentThreads = kResidentQuads * kResidentRowGroups;
-static_assert(kResidentRowGroups * 16 == plan::kMaxBatchNormResidentRows,
-              "the planner's rule for model 39's moments route counts this kernel's rows");
+static_assert(kResidentRowGroups * 16 == kBatchNormOnePassRows,
+              "the planner's rule for the moments route counts this kernel's rows");
 constexpr int kResidentWarps = kResidentThreads / kWarpSize;
 
 // Sum of v over the lanes of this warp that hold the same column quad (lanes q, q + 8, ...);

@@ -30,6 +30,10 @@ struct BatchNormArgs {
 // training with one scale value per column and a float32 y: the statistics are merged from
 // them (in double, Chan's pairwise form) and y is read once, by the normalize pass. Null: the
 // statistics are taken from y.
+// The most rows the pass takes in training with one read of y (the kernel that holds whole
+// columns in registers): above them, column moments from the GEMM's epilogue save a read.
+inline constexpr int64_t kBatchNormOnePassRows = 1024;
+
 void scale_batchnorm_pass(const at::Tensor& y, const BatchNormArgs& args, at::Tensor& out,
                           TileMoments* tiles = nullptr);
 

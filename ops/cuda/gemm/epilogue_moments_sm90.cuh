@@ -1,10 +1,9 @@
-// The epilogue for model 39 in training on a GEMM of fp16/bf16 operands (TF32 allowed: the
-// 3xFP16 engine's main term alone, with its rows' scales alpha_r; float16/bfloat16 models: the
-// model's own operands, alpha null, 1): y = alpha_r * acc, stored as float32 from registers,
-// and the column moments of the tile's rows: for each column j of the tile, its mean and the
-// sum of squared deviations from that mean. The BatchNorm epilogue merges the tiles' moments in
-// double (cuda/epilogues/batchnorm.h), so y is read once after the GEMM (the normalize pass)
-// instead of twice: at 16384 x 4096 that is a 256 MiB read saved.
+// The column-moments epilogue (plan::Epilogue::kColumnMoments) on a GEMM of fp16/bf16 operands
+// (the 3xFP16 engine's main term alone, with its rows' scales alpha_r; or half operands as
+// given, alpha null, 1): y = alpha_r * acc, stored as float32 from registers, and the column
+// moments of the tile's rows: for each column j of the tile, its mean and the sum of squared
+// deviations from that mean. A caller that needs column statistics over all rows merges the
+// tiles' moments (cuda/tile_moments.h) and so reads y once after the GEMM instead of twice.
 //
 // One pass over the registers, shifted: d = y - c_j with c_j the tile's first row (a sample of
 // the column, as the streaming moments pass shifts by y[0, j]), the sums of d and d^2, then
@@ -13,7 +12,7 @@
 // float's 24 bits, however large the mean is against the spread.
 //
 // The reduction follows wgmma's accumulator layout (CuTe's SM90 CLayout_64xN, as in
-// epilogue_groupnorm_sm90.cuh): a thread holds, for each 8-column block v2, columns
+// ops/cuda/epilogues/groupnorm_leakyrelu_sum_sm90.cuh): a thread holds, for each 8-column block v2, columns
 // 8 v2 + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 of its warp's 16; the 8 lanes
 // with the same lane % 4 share those columns. So: the thread's 2 rows, then a reduce-scatter
 // over those 8 lanes (three xor-shuffle steps, each halving the columns a lane keeps: 56
@@ -174,9 +173,9 @@ class ScaledColumnMomentsEpilogue : public RegisterEpilogue<float, ScaledColumnM
   // y through shared memory, each warp its own 16 rows in chunks of kChunkCols columns, in a
   // region of warp_sums (free until the warps' sums are written, after a barrier): written in
   // the accumulator layout, read back as float4 rows, so that a warp's store covers 4 rows of
-  // 128 contiguous bytes. Stored straight from the accumulator layout, each warp store covered
-  // 8 rows of 32 bytes, and the epilogue cost 86 us of the GEMM's 839 at 16384 x 4096 x 4096
-  // (H100). The column XOR (row % 4) * 8 puts rows 0-3 of a float2 write in different banks.
+  // 128 contiguous bytes (stored straight from the accumulator layout, each warp store covered
+  // 8 rows of 32 bytes: a tenth of the GEMM's time went to the epilogue). The column XOR
+  // (row % 4) * 8 puts rows 0-3 of a float2 write in different banks.
   static constexpr int kChunkCols = 32;
   template <class Y>
   CUTLASS_DEVICE void store_y(const Y& y, int row0, int n0, int m_total, int n_total, int warp,

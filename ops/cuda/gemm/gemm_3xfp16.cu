@@ -1,5 +1,5 @@
 // The 3xFP16 engine's composition: weight preparation (a cached fold), activation split with
-// its range guard, the two GEMMs (mainloop_3xfp16_sm90.h) or their split-K slices and their sum
+// its range guard, the two GEMMs (sm90_kernels.h) or their split-K slices and their sum
 // (epilogue_3xfp16.cuh), and the exact fixup of guarded rows.
 // The algebra and the guard are described in gemm_3xfp16.h.
 #include "cuda/gemm/gemm_3xfp16.h"
@@ -15,7 +15,8 @@
 #include "common/fold_cache.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/gemm/epilogue_3xfp16.cuh"
-#include "cuda/gemm/mainloop_3xfp16_sm90.h"
+#include "cuda/gemm/heuristics.h"
+#include "cuda/gemm/sm90_kernels.h"
 
 namespace fusedops::cuda::gemm {
 namespace {
@@ -39,10 +40,9 @@ constexpr int kRowRangeBits = 26;
 // not. torch.rand rows span at most 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30
 // about once in 40 tensors of 1024 rows.
 constexpr int kRowSpreadBits = 30;
-// K is padded to a whole number of 64-wide K steps (zeros): TMA needs 16-byte row strides, the
-// main-term view starts kp values into each row of the weight's pair, and split-K slices are
-// whole K steps.
-constexpr int64_t kKAlign = kTileK;
+// K is padded to a whole number of 64-wide K steps (zeros, padded_k in heuristics.h): TMA
+// needs 16-byte row strides, the main-term view starts kp values into each row of the weight's
+// pair, and split-K slices are whole K steps.
 
 constexpr int kThreads = 256;
 
@@ -250,8 +250,6 @@ combine_slices_kernel(Partials3xFp16View view, float* __restrict__ y) {
   }
 }
 
-int64_t padded_k(int64_t k) { return ceil_div(k, kKAlign) * kKAlign; }
-
 unsigned grid_rows(int64_t rows) {
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535));
 }
@@ -295,21 +293,6 @@ PreparedWeight prepare_weight_3xfp16(const at::Tensor& weight) {
   return {pair, at::full({1}, shift, weight.options().dtype(at::kInt))};
 }
 
-// Split-K slices: enough that the output tiles fill the SMs (model 98: 32 tiles of the promoted
-// GEMM, 16 of the cross GEMM: 4 and 8 slices), each a whole number of K steps and at least 8
-// of them (the pipeline fills before a slice ends). 1: data-parallel tiles, no split.
-int choose_slices(int64_t m, int64_t n, int64_t k, int64_t tile_n) {
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t tiles = ceil_div(m, kTileM) * ceil_div(n, tile_n);
-  if (2 * tiles >= sms) return 1;
-  const int64_t steps = k / kTileK;
-  int best = 1;
-  for (int64_t s = 2; s <= sms / tiles && steps / s >= 8; ++s) {
-    if (steps % s == 0) best = static_cast<int>(s);
-  }
-  return best;
-}
-
 // Both operands split: W's fp16 pair from its fold (made once), x's split now with the guard
 // (its pair, or its hi part alone for the one-product form: lda says which).
 struct Operands {
@@ -343,8 +326,9 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 
 // The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each; no cross
 // slices in the one-product form), and the view through which y is read from them.
-void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cross_slices,
-                  int main_slices, Partials3xFp16& out) {
+void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, Fp16Slices slices,
+                  int sm_count, Partials3xFp16& out) {
+  const int cross_slices = slices.cross, main_slices = slices.main;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Half* xp = ops.x_split.data_ptr<at::Half>();
   const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
@@ -361,11 +345,12 @@ void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, int cro
   if (cross_slices > 0) {
     const int64_t cross_k = 2 * kp / cross_slices;
     cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
-                     m * n}, xp, wp, pc, stream);
+                     m * n, sm_count}, xp, wp, pc, stream);
   }
   const int64_t main_k = kp / main_slices;
   promoted_partial_gemm_sm90({mi, ni, static_cast<int>(main_k), main_slices, ops.lda, 2 * kp,
-                              main_k, m * n}, xp, wp + kp, pc + cross_slices * m * n, stream);
+                              main_k, m * n, sm_count}, xp, wp + kp, pc + cross_slices * m * n,
+                             stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -391,26 +376,23 @@ bool split_pair(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
 
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& weight_key, bool cache_folds, Products products,
-                               Partials3xFp16& out) {
+                               int sm_count, Partials3xFp16& out) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
-  const int64_t kp = padded_k(k);
-  const int cross_slices =
-      products == Products::kOne ? 0 : choose_slices(m, n, 2 * kp, kCrossTileN);
-  with_sizes(m, n, k, [&] {
-    run_partials(ops, m, n, kp, cross_slices, choose_slices(m, n, kp, kPromotedTileN), out);
-  });
+  const Fp16Slices slices =
+      fp16_engine_slices(m, n, k, products == Products::kOne, /*partials=*/true, sm_count);
+  with_sizes(m, n, k, [&] { run_partials(ops, m, n, padded_k(k), slices, sm_count, out); });
   return true;
 }
 
 namespace {
 
-// y, and, where `moments` is given and the one-product GEMM runs unsplit, model 39's tile
-// moments from its epilogue (moments->written says whether they were). guard: the guard.
+// y, and, where `moments` is given (the one-product form, unsplit: the planner's rule), the
+// tile moments from its epilogue. guard: the guard.
 bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
-                bool cache_folds, Products products, at::Tensor& y, TileMoments* moments,
-                at::Tensor* guard) {
+                bool cache_folds, Products products, int sm_count, at::Tensor& y,
+                TileMoments* moments, at::Tensor* guard) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1), kp = padded_k(k);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
@@ -420,14 +402,15 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   const int* g = ops.guard.data_ptr<int>();
   float* out = y.data_ptr<float>();
   const bool one = products == Products::kOne;
-  const int cross_slices = one ? 0 : choose_slices(m, n, 2 * kp, kCrossTileN);
-  // The one-product form's whole GEMM runs scaled_gemm_sm90's wider tile: slices are counted
-  // with it.
-  const int main_slices = choose_slices(m, n, kp, one ? kCrossTileN : kPromotedTileN);
+  const Fp16Slices slices = fp16_engine_slices(m, n, k, one, /*partials=*/false, sm_count);
+  const int cross_slices = slices.cross, main_slices = slices.main;
+  TORCH_INTERNAL_ASSERT(moments == nullptr || (one && !slices.split()),
+                        "fusedops: the column-moments epilogue needs the one-product GEMM unsplit "
+                        "(the planner's rule), got m=", m, ", n=", n, ", k=", k);
   with_sizes(m, n, k, [&] {
     const Fp16GemmShape whole{static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1,
-                              ops.lda, 2 * kp, 0, 0};
-    if (one && main_slices == 1 && moments != nullptr) {
+                              ops.lda, 2 * kp, 0, 0, sm_count};
+    if (moments != nullptr) {
       scaled_moments_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
                                ops.w_pair.data_ptr<at::Half>() + kp, out,
                                reinterpret_cast<const float*>(g + layout.alpha()),
@@ -445,22 +428,21 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
       const at::Half* xp = ops.x_split.data_ptr<at::Half>();
       const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
       const int mi = static_cast<int>(m), ni = static_cast<int>(n);
-      cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0}, xp, wp, out,
-                      stream);
-      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0}, xp, wp + kp,
-                         out, out, reinterpret_cast<const float*>(g + layout.alpha()),
+      cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
+                      wp, out, stream);
+      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
+                         wp + kp, out, out, reinterpret_cast<const float*>(g + layout.alpha()),
                          reinterpret_cast<const float*>(g + layout.beta()), stream);
     } else {
       Partials3xFp16 partials;
-      run_partials(ops, m, n, kp, cross_slices, main_slices, partials);
+      run_partials(ops, m, n, kp, slices, sm_count, partials);
       const int64_t blocks = std::min<int64_t>(ceil_div(m * n / 4, kThreads), 1024);
       combine_slices_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(partials.view,
                                                                                 out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  fixup_rows_kernel<<<dim3(static_cast<unsigned>(sms), 4), kThreads, 0, stream>>>(
+  fixup_rows_kernel<<<dim3(static_cast<unsigned>(sm_count), 4), kThreads, 0, stream>>>(
       x.data_ptr<float>(), weight.data_ptr<float>(), out, m, n, k, g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
@@ -470,19 +452,19 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
 
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, Products products,
-                      at::Tensor& y) {
-  return run_3xfp16(x, weight, weight_key, cache_folds, products, y, nullptr, nullptr);
+                      int sm_count, at::Tensor& y) {
+  return run_3xfp16(x, weight, weight_key, cache_folds, products, sm_count, y, nullptr, nullptr);
 }
 
 bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
-                              const at::Tensor& weight_key, bool cache_folds, at::Tensor& y,
-                              TileMoments& moments) {
+                              const at::Tensor& weight_key, bool cache_folds, int sm_count,
+                              at::Tensor& y, TileMoments& moments) {
   const int64_t tiles = ceil_div(x.size(0), kMomentsTileRows), n = weight.size(0);
   TORCH_INTERNAL_ASSERT(moments.rows == kMomentsTileRows && moments.mean.numel() == tiles * n &&
                             moments.m2.numel() == tiles * n,
                         "fusedops: tile moments of the wrong shape");
   moments.written = false;
-  return run_3xfp16(x, weight, weight_key, cache_folds, Products::kOne, y, &moments,
+  return run_3xfp16(x, weight, weight_key, cache_folds, Products::kOne, sm_count, y, &moments,
                     &moments.changed_rows);
 }
 

@@ -7,7 +7,7 @@
 //   y[r] = alpha_r * (x_hi W_hi^T + 2^-11 (x_hi W_lo^T + x_lo W_hi^T))[r],  alpha_r = 2^-(sx_r+sw),
 // computed as two fp16 GEMMs: the cross terms as one GEMM over 2K ([x_hi | x_lo] against
 // [W_lo | W_hi]), and the main term x_hi W_hi^T with per-K-step promotion into float32 registers,
-// whose epilogue applies the per-row alpha and beta = alpha 2^-11 (mainloop_3xfp16_sm90.h).
+// whose epilogue applies the per-row alpha and beta = alpha 2^-11 (sm90_kernels.h).
 // Error at 1024 x 8192 x 8192: see docs/PERFORMANCE.md.
 //
 // Pieces, each named:
@@ -23,7 +23,7 @@
 //                       epilogue of an operator: epilogue_3xfp16.cuh). A weight that fails the
 //                       same check (found once, when its fold is made) sends the whole GEMM to
 //                       the exact cuBLAS path instead (the plan's fallback, cuda/linear.cu).
-//   mainloops           mainloop_3xfp16_sm90.h (CUTLASS SM90 pieces).
+//   mainloops           sm90_kernels.h (CUTLASS SM90 pieces).
 //   epilogues           y itself (per-row alpha/beta in the promoted GEMM's epilogue, or the
 //                       split-K combination), or the raw K-slice partials for an operator that
 //                       fuses its own epilogue (linear_nt_3xfp16_partials).
@@ -39,7 +39,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "cuda/gemm/epilogue_3xfp16.cuh"
-#include "cuda/gemm/tile_shapes.h"
+#include "cuda/gemm/heuristics.h"
 #include "cuda/tile_moments.h"
 
 namespace fusedops::cuda::gemm {
@@ -52,26 +52,26 @@ namespace fusedops::cuda::gemm {
 // not made yet is refused too (its range check reads a flag on the host). Returns false (y untouched) when the weight fails
 // the range check: the caller then runs its exact path.
 enum class Products { kThree, kOne };
+// sm_count: the device's SMs (plan::DeviceFacts), for the split-K slices and the grids
+// (heuristics.h).
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, Products products,
-                      at::Tensor& y);
+                      int sm_count, at::Tensor& y);
 
-// The one-product form for an operator that needs y's column moments (model 39 in training:
-// cuda/epilogues/batchnorm.h): y as linear_nt_3xfp16 writes it and, from the GEMM's epilogue
-// (epilogue_moments_sm90.cuh), each kMomentsTileRows-row tile's column means and sums of
-// squared deviations from them, into `moments` (made for kMomentsTileRows; `written` says
-// whether the epilogue ran: where few output tiles split K it does not, and the caller takes
-// the moments from y). Their `changed_rows` is the engine's guard (its count first): the rows
-// recomputed exactly after the moments were taken. Returns false when the weight fails the
-// range check (y untouched).
+// The one-product form with a column-moments epilogue (epilogue_moments_sm90.cuh): y as
+// linear_nt_3xfp16 writes it and, from the GEMM's epilogue, each kMomentsTileRows-row tile's
+// column means and sums of squared deviations from them, into `moments` (made for
+// kMomentsTileRows). Only where the GEMM runs unsplit (the planner's kFp16x1Fused rule,
+// heuristics.h's slices). Their `changed_rows` is the engine's guard (its count first): the rows
+// recomputed exactly after the moments were taken. Returns false when the weight fails the range
+// check (y untouched).
 inline constexpr int64_t kMomentsTileRows = kTileM;
 bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
-                              const at::Tensor& weight_key, bool cache_folds, at::Tensor& y,
-                              TileMoments& moments);
+                              const at::Tensor& weight_key, bool cache_folds, int sm_count,
+                              at::Tensor& y, TileMoments& moments);
 
-// The product left before its combination, for an operator whose epilogue needs whole rows of
-// y (model 98: the pooled GELU and the row max) and so combines the K-slices itself, in the
-// same pass (Partials3xFp16View in epilogue_3xfp16.cuh reads them; guarded rows, alpha 0, are
+// The product left before its combination, for a row-reduction epilogue, which needs whole
+// rows of y and so combines the K-slices itself, in the same pass (Partials3xFp16View in epilogue_3xfp16.cuh reads them; guarded rows, alpha 0, are
 // the epilogue's to recompute exactly). Saves writing y and reading it back.
 struct Partials3xFp16 {
   at::Tensor partials;  // float32, (cross_slices + main_slices) slices of M x N, cross first
@@ -84,7 +84,7 @@ struct Partials3xFp16 {
 // range check (out untouched).
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& weight_key, bool cache_folds, Products products,
-                               Partials3xFp16& out);
+                               int sm_count, Partials3xFp16& out);
 
 // x and W split for another engine's kernel (the skinny kernel's float32 form, skinny_half.h):
 // each row two fp16 halves kp (K padded to the engine's K step) apart. Returns false when the

@@ -1,8 +1,7 @@
 // The weight-streaming kernel for few rows in float16/bfloat16 (the skinny-half engine,
 // skinny_half.h): y (m, n) = x (m, k) W (n, k)^T with m <= 8 kTiles, float32 accumulation. At
-// such m the GEMM is a read of W (128 MiB at 8192 x 8192: 40 us at 3.35 TB/s), which cuBLAS
-// measured at 57% of HBM bandwidth (59 us at m = 1..64, H100, L2 flushed by a write). Kept free
-// of ATen so a standalone benchmark can include it.
+// such m the GEMM is a read of W, which cuBLAS's kernels do well below HBM bandwidth
+// (bench/gemv_floor.cu). Kept free of ATen so that benchmark can include it.
 //
 // The product runs on the tensor cores (mma.sync m16n8k16, float accumulators) with W as the
 // 16-row operand and 8 rows of x as the other, so one MMA serves 16 rows of W for up to 8 rows
@@ -14,7 +13,7 @@
 // the warps' partial results in shared memory in warp order: deterministic, no workspace, one
 // kernel. Rows of W or x past the end are clamped to the last one (read, never stored); k past
 // the end reads nothing (K a multiple of 8). The block's tile of y, summed in shared memory, is
-// handed to an epilogue (StoreFloatY below, or an operator's: epilogue_groupnorm_skinny.cuh).
+// handed to an epilogue (StoreFloatY below, or a fused one: ops/cuda/epilogues/*_skinny.cu).
 //
 // The float32 form (kPair): x and W as the 3xFP16 engine splits them (gemm_3xfp16.h), each row
 // two fp16 halves kp apart (x [hi | lo] with a scale per row, W [lo | hi] with one scale), and
@@ -57,6 +56,8 @@ __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[
 // The plain epilogue: the tile as float32 y (m, n). Consecutive threads take consecutive rows
 // of W: coalesced stores along a row of y.
 struct StoreFloatY {
+  static constexpr int kMaxRows = 32;
+  static constexpr int kMaxBlockRows = 16;
   float* y;
 
   template <int kRows, int kCols>

@@ -4,12 +4,13 @@
 #include <c10/cuda/CUDAException.h>
 
 #include "cuda/cuda_helpers.cuh"
+#include "cuda/gemm/heuristics.h"
 
 namespace fusedops::cuda::gemm {
 namespace {
 
-// Batch-1 serving (m <= 4 rows of x): y = x W^T is then bound by reading W once (268 MB at
-// 8192 x 8192: 63 us at 4.2 TB/s), where cuBLAS's SGEMM measured ~2.8 TB/s. A warp owns two
+// Batch-1 serving (m <= 4 rows of x): y = x W^T is then bound by reading W once, which
+// cuBLAS's SGEMM does well below HBM bandwidth (docs/PERFORMANCE.md). A warp owns two
 // rows of W and its lanes stride along K with 16-byte loads (W streamed with an evict-first
 // hint; x, at most 128 KB, re-read from L1/L2). Accuracy: a first version with one float
 // chain per lane (K/32 terms) measured twice PyTorch's error at batch 1 (3.0e-7 against
@@ -19,8 +20,8 @@ namespace {
 //
 // kSplit warps share a pair of rows, splitting K between them in interleaved 512-byte steps,
 // and their double sums add in warp order in shared memory (deterministic, one kernel): where
-// N / 16 blocks would leave SMs idle. Model 98's pooled weight (512 x 8192, 16 MiB) took 20 us
-// in 32 blocks of 16 rows (H100, warm L2: 0.8 TB/s).
+// N / 16 blocks would leave SMs idle (a narrow W streamed by few blocks ran far below HBM speed;
+// the split per call: heuristics.h).
 constexpr int kSkinnyThreads = 256;
 constexpr int kSkinnyWarps = kSkinnyThreads / kWarpSize;
 constexpr int kSkinnyRowsPerWarp = 2;
@@ -122,11 +123,12 @@ void launch(const at::Tensor& x, const at::Tensor& weight, at::Tensor& y, int sm
              at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), weight.data_ptr<float>(),
                                                  y.data_ptr<float>(), n, k);
   };
-  const int64_t want = 2 * static_cast<int64_t>(sm_count);
-  if (blocks(1) >= want) return run(skinny_linear_kernel<kM, 1>, 1);
-  if (blocks(2) >= want) return run(skinny_linear_kernel<kM, 2>, 2);
-  if (blocks(4) >= want) return run(skinny_linear_kernel<kM, 4>, 4);
-  run(skinny_linear_kernel<kM, 8>, 8);
+  switch (skinny_f32_split(n, kSkinnyRowsPerWarp * kSkinnyWarps, sm_count)) {
+    case 1: return run(skinny_linear_kernel<kM, 1>, 1);
+    case 2: return run(skinny_linear_kernel<kM, 2>, 2);
+    case 4: return run(skinny_linear_kernel<kM, 4>, 4);
+    default: return run(skinny_linear_kernel<kM, 8>, 8);
+  }
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// The cross-term GEMM of the 3xFP16 engine (mainloop_3xfp16_sm90.h), and, for a build without
+// The cross-term GEMM of the 3xFP16 engine (sm90_kernels.h), and, for a build without
 // sm_90a, every sm90_*.cu entry point as a stub that throws: the planner never chooses them
-// there (sm90_kernels_built, can_run_3xfp16).
+// there (sm90_kernels_built: plan::DeviceFacts::sm90_kernels).
 #include "cuda/gemm/gemm_half.h"
-#include "cuda/gemm/mainloop_3xfp16_sm90.h"
+#include "cuda/gemm/sm90_kernels.h"
 
 #if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/sm90_gemm_types.cuh"
@@ -50,10 +50,6 @@ void scaled_moments_gemm_sm90(const Fp16GemmShape&, const void*, const void*, fl
 }
 void promoted_partial_gemm_sm90(const Fp16GemmShape&, const void*, const void*, float*,
                                 cudaStream_t) {
-  no_sm90_kernels();
-}
-void half_groupnorm_gemm_sm90(HalfType, const Fp16GemmShape&, const void*, const void*,
-                              const GroupNormEpilogueArgs&, cudaStream_t) {
   no_sm90_kernels();
 }
 void half_moments_gemm_sm90(HalfType, const Fp16GemmShape&, const void*, const void*, float*,

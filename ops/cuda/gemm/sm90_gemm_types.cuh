@@ -1,5 +1,5 @@
 // The CUTLASS SM90 types behind our tensor-core GEMMs: the 3xFP16 engine's kernels
-// (mainloop_3xfp16_sm90.h) and the native float16/bfloat16 ones (gemm_half.h), and the launch
+// (sm90_kernels.h) and the native float16/bfloat16 ones (gemm_half.h), and the launch
 // helper they share. Included only by the sm90_*.cu files, and only with FUSEDOPS_SM90A
 // (no ATen here: CUTLASS's and ATen's half types and macros stay apart).
 //
@@ -12,14 +12,14 @@
 // Cluster 2 x 1: the two CTAs of a cluster share the B (weight) tile through TMA multicast.
 // Split-K is done by the caller as batches of K-slices plus its own deterministic sum
 // (gemm_3xfp16.cu): CUTLASS's stream-K split-K reduces the slices of a tile one after another,
-// which measured 59 us for model 98's cross GEMM (17 GFLOP).
+// which measured slower for a narrow W's cross GEMM (docs/PERFORMANCE.md).
 #pragma once
 
 #include <atomic>
 #include <stdexcept>
 #include <string>
 
-#include "cuda/gemm/mainloop_3xfp16_sm90.h"
+#include "cuda/gemm/sm90_kernels.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -62,8 +62,8 @@ using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlignOut,
     float, LayoutD, kAlignOut, EpilogueSchedule, FusionOp>::CollectiveOp;
 
-// Element: the operands' type, fp16 (the 3xFP16 engine's splits, float16 models) or bf16
-// (bfloat16 models); float32 accumulation either way.
+// Element: the operands' type, fp16 (the 3xFP16 engine's splits, float16 operands) or bf16;
+// float32 accumulation either way.
 template <class TileShape, class Epi, class Element = Fp16, class Schedule = KernelSchedule>
 using PlainMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignIn, Element,
@@ -91,23 +91,6 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
 
 // wgmma issues four k16 instructions per 64-wide K step: promote after each step.
 constexpr uint32_t kPromotionInterval = kTileK / 16;
-
-// The SM count of the current device, read once per device (a driver query per launch showed
-// up in model 98's host time, which is as long as its GPU time).
-inline int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> counts[kMaxDevices] = {};
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    throw std::runtime_error("fusedops SM90 GEMM: could not read the current device");
-  }
-  if (device < kMaxDevices && (count = counts[device].load(std::memory_order_relaxed)) > 0) return count;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    throw std::runtime_error("fusedops SM90 GEMM: could not read the SM count");
-  }
-  if (device < kMaxDevices) counts[device].store(count, std::memory_order_relaxed);
-  return count;
-}
 
 // Opts kernel K into its dynamic shared memory once per device. CUTLASS's device adapter does
 // this on every launch (cudaFuncSetAttribute, a driver call); the attribute is per function
@@ -149,7 +132,8 @@ typename G::Arguments make_mainloop_arguments(const Fp16GemmShape& s, const void
   args.mainloop.dA = stride_a;
   args.mainloop.ptr_B = static_cast<const ElementB*>(b);
   args.mainloop.dB = stride_b;
-  args.hw_info.sm_count = sm_count();
+  if (s.sm_count <= 0) throw std::runtime_error("fusedops SM90 GEMM: the SM count was not given");
+  args.hw_info.sm_count = s.sm_count;
   return args;
 }
 
@@ -183,7 +167,7 @@ void run(typename G::Arguments& args, cudaStream_t stream, const char* name) {
   // The kernel's parameters (TMA descriptors) from the arguments, then a cluster launch: what
   // GemmUniversalAdapter::run does, without the two cudaFuncSetAttribute calls it makes on
   // every launch (shared-memory opt-in, non-portable cluster sizes: a 2 x 1 cluster is
-  // portable). Model 98's host time per call is as long as its GPU time, so they showed.
+  // portable). At small GEMMs the host time per call is as long as the GPU time: they showed.
   using Kernel = typename G::GemmKernel;
   set_shared_memory_once<Kernel>();
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);

@@ -1,9 +1,9 @@
-// Model 39's training epilogue on the cooperative 128 x 256 GEMM: y as float32 and each 128-row
+// The column-moments epilogue on the cooperative 128 x 256 GEMM: y as float32 and each 128-row
 // tile's column moments (epilogue_moments_sm90.cuh), one kernel for two callers:
 // - scaled_moments_gemm_sm90 (TF32 allowed): the 3xFP16 engine's main term, y = alpha_r acc;
 //   same mainloop, tile and schedule as sm90_scaled_gemm.cu (why: there);
-// - half_moments_gemm_sm90 (gemm_half.h, float16/bfloat16 models): the model's own operands,
-//   y = acc (alpha null). Its float16 form is the very kernel above.
+// - half_moments_gemm_sm90 (gemm_half.h, float16/bfloat16 operands): y = acc (alpha null).
+//   Its float16 form is the very kernel above.
 // The two consumer warp groups share a tile, so the epilogue's 256 threads meet over one
 // tile's 256 columns. Without sm_90a: sm90_cross_gemm.cu's stubs.
 #if defined(FUSEDOPS_SM90A)
@@ -24,7 +24,7 @@ void moments_gemm(const Fp16GemmShape& shape, const void* a, const void* b, floa
                   const float* alpha, float* tile_mean, float* tile_m2, cudaStream_t stream,
                   const char* name) {
   using Epi = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-      sm90::ScaledColumnMomentsEpilogue<kCrossTileN, 8>>;
+      sm90::ScaledColumnMomentsEpilogue<kMomentsTileN, 8>>;
   using G = sm90::Gemm<sm90::PlainMainloop<sm90::CrossTile, Epi, Element>, Epi>;
   auto args = sm90::make_mainloop_arguments<G>(shape, a, b);
   args.epilogue.alpha = alpha;

@@ -1,5 +1,5 @@
 // The promoted main-term GEMM of the 3xFP16 engine without epilogue arithmetic: split-K
-// partials (mainloop_3xfp16_sm90.h). Without sm_90a: sm90_cross_gemm.cu's stub.
+// partials (sm90_kernels.h). Without sm_90a: sm90_cross_gemm.cu's stub.
 #if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/sm90_gemm_types.cuh"
 

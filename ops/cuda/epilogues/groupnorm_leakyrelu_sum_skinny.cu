@@ -1,22 +1,23 @@
-// Model 62's epilogue inside the skinny-half kernel (gemv_half_kernel.cuh): a block owns whole
-// groups of channels (16 x kRowTiles rows of W, a multiple of group) for every row of x, so the
-// GroupNorm statistics of each (row of x, group) are in its shared-memory tile: bias added, one
-// warp per (row of x, group) reduces the group (the mean, then the squared deviations from it),
-// and every channel takes the chain of epilogues/groupnorm_leakyrelu_sum.h. y is never written:
-// one kernel for the whole operator at small batch.
-#pragma once
-
-#include <cstdint>
+// GroupNorm -> LeakyReLU -> x2 on the skinny-half kernel's tile (groupnorm_leakyrelu_sum_fused.h):
+// a block owns whole groups of channels (16 x kRowTiles rows of W, a multiple of the group) for
+// every row of x, so the statistics of each (row of x, group) are in its shared-memory tile:
+// bias added, one warp per (row of x, group) reduces the group (the mean, then the squared
+// deviations from it), and every channel takes the chain of epilogues/groupnorm_leakyrelu_sum.h.
+#include "cuda/epilogues/groupnorm_leakyrelu_sum_fused.h"
 
 #include "common/store.h"
 #include "cuda/cuda_helpers.cuh"
+#include "cuda/gemm/skinny_half_launch.cuh"
 #include "epilogues/groupnorm_leakyrelu_sum.h"
 
-namespace fusedops::cuda::gemm {
+namespace fusedops::cuda {
+namespace {
 
 // P: the type of bias, gamma, beta and out (the model's dtype, or float32 in the autocast form).
 template <typename P>
 struct SkinnyGroupNormStore {
+  static constexpr int kMaxRows = 16;
+  static constexpr int kMaxBlockRows = gemm::kHalfTileN;
   const P* bias;
   const P* gamma;
   const P* beta;
@@ -64,4 +65,28 @@ struct SkinnyGroupNormStore {
   }
 };
 
-}  // namespace fusedops::cuda::gemm
+}  // namespace
+
+void groupnorm_leakyrelu_sum_skinny(const gemm::SkinnyOperands& ops, const at::Tensor& bias,
+                                    int64_t group_size, const at::Tensor& gamma,
+                                    const at::Tensor& beta, double eps, double negative_slope,
+                                    at::Tensor& out, int sm_count) {
+  gemm::check_skinny_operands(ops, SkinnyGroupNormStore<float>::kMaxRows);
+  TORCH_INTERNAL_ASSERT(skinny_group_ok(group_size, ops.is_pair()) &&
+                        ops.weight.size(0) % group_size == 0);
+  const epilogues::GroupNormLeakyReluSum<float> chain{static_cast<float>(eps),
+                                                      static_cast<float>(negative_slope)};
+  gemm::with_kernel_type(ops, [&](auto t) {
+    using T = decltype(t);
+    gemm::with_params_type<T>(out, [&](auto p) {
+      using P = decltype(p);
+      const SkinnyGroupNormStore<P> store{
+          reinterpret_cast<const P*>(bias.data_ptr()), reinterpret_cast<const P*>(gamma.data_ptr()),
+          reinterpret_cast<const P*>(beta.data_ptr()), reinterpret_cast<P*>(out.data_ptr()), chain,
+          static_cast<int>(group_size)};
+      gemm::launch_skinny<T>(ops, store, sm_count, static_cast<int>(group_size));
+    });
+  });
+}
+
+}  // namespace fusedops::cuda

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "cuda/gemm/tile_shapes.h"
+#include "cuda/gemm/heuristics.h"
 
 namespace fusedops::cuda::gemm {
 
@@ -22,6 +22,7 @@ struct Fp16GemmShape {
   int batches;
   int64_t lda, ldb;
   int64_t batch_stride_ab, batch_stride_d;
+  int sm_count;  // the device's SMs (plan::DeviceFacts): the persistent grid's size
 };
 
 
@@ -46,7 +47,7 @@ void promoted_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b
 void scaled_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
                       const float* alpha, cudaStream_t stream);
 
-// scaled_gemm_sm90 with model 39's training epilogue (epilogue_moments_sm90.cuh): d as there,
+// scaled_gemm_sm90 with the column-moments epilogue (epilogue_moments_sm90.cuh): d as there,
 // and for each tile of kTileM rows its column means and sums of squared deviations from them,
 // (ceil(M / kTileM), N) float32 each (tile_mean, tile_m2). N a multiple of 4.
 void scaled_moments_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, float* d,
