@@ -3,7 +3,7 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench compare"
+#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench results compare"
 #     leave steps out ("build" reuses the build directories of an earlier call on the same
 #     machine)
 #   FUSEDOPS_KERNELBENCH   a KernelBench checkout for the harness step (default .carry/kernelbench:
@@ -14,6 +14,7 @@
 #     time both libraries alternately, FUSEDOPS_GPU_COMPARE_RUNS (default 2) runs each, with
 #     this tree's bench.py (--no-compile; FUSEDOPS_GPU_COMPARE_ARGS overrides its arguments)
 #     and print bench/compare.py's table: "no change of speed" measured on one machine.
+#   FUSEDOPS_COMMIT   the commit this tree is, for $OUT/results.json where it has no .git
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"; mkdir -p "$OUT"
@@ -177,6 +178,18 @@ if ! skip kernelbench; then
       "skip the step) ==" >&2
     status[kernelbench]=1
   fi
+fi
+# The results file (bench/results.py): the bench and kernelbench outputs of this call, the GPU,
+# the commit and this command, for docs/results.json (bench/render_results.py writes README's
+# and docs/PERFORMANCE.md's tables from it). The commit: git's HEAD, or FUSEDOPS_COMMIT where
+# this tree is a copy without .git. Only when both steps ran and passed: a results file mixes
+# no older outputs in.
+if ! skip results && [[ ${status[bench]:-1} == 0 && ${status[kernelbench]:-1} == 0 ]]; then
+  command="bash scripts/gpu_check.sh${*:+ $*}"
+  [[ -n ${FUSEDOPS_GPU_CHECK_SKIP:-} ]] && command="FUSEDOPS_GPU_CHECK_SKIP=\"$FUSEDOPS_GPU_CHECK_SKIP\" $command"
+  step results results.log "$FUSEDOPS_PYTHON" "$ROOT/bench/results.py" --bench "$OUT/bench.json" \
+    --kernelbench "$OUT/kernelbench.json" --command "$command" --out "$OUT/results.json" \
+    ${FUSEDOPS_COMMIT:+--commit "$FUSEDOPS_COMMIT"}
 fi
 if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]] && ! skip compare; then
   # One process per run (a process loads one libfusedops); the runs alternate so that drift

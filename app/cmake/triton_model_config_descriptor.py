@@ -30,7 +30,7 @@ def main() -> int:
     module, path = load_model_config_module()
     descriptor = module.DESCRIPTOR.serialized_pb
     body = ",".join(str(b) for b in descriptor)
-    Path(sys.argv[1]).write_text(
+    source = (
         f"// Generated from {path.name} of the tritonclient wheel by "
         "app/cmake/triton_model_config_descriptor.py. Do not edit.\n"
         "#include <cstddef>\n"
@@ -38,6 +38,12 @@ def main() -> int:
         f"extern const unsigned char kTritonModelConfigDescriptor[] = {{{body}}};\n"
         f"extern const std::size_t kTritonModelConfigDescriptorSize = {len(descriptor)};\n"
         "}  // namespace fusedops_app\n")
+    # CMake runs this at every configure (scripts/build.sh configures at every call): a file
+    # rewritten with the same text gets a new time, and ninja then recompiles it and relinks the
+    # app and the tests that link it (issue 41). Written only when its text changes.
+    output = Path(sys.argv[1])
+    if not output.is_file() or output.read_text() != source:
+        output.write_text(source)
     return 0
 
 

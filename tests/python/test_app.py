@@ -941,7 +941,7 @@ def test_app_records_libfusedops_as_needed():
 
 def torch_on_library_path() -> dict:
     """An installed libfusedops has no RUNPATH: its host finds libtorch, here through
-    LD_LIBRARY_PATH (README "C++")."""
+    LD_LIBRARY_PATH (docs/GUIDE.md, "Using it")."""
     return dict(os.environ, LD_LIBRARY_PATH=str(Path(torch.__file__).parent / "lib"))
 
 

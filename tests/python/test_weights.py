@@ -227,7 +227,7 @@ def test_load_state_dict_inside_inference_mode_is_followed(key, device):
 
 @pytest.mark.parametrize("key", ["98", "18"])
 def test_storage_write_then_clear_fold_cache_of_the_weight(key, device):
-    """A write through the storage is invisible to every cache (README: "Writes no version
+    """A write through the storage is invisible to every cache (docs/GUIDE.md: "Writes no version
     counter sees"); clearing the folds of that weight alone is the remedy."""
     ref, new = pair(key, device)
     x = x_for(key, device)
