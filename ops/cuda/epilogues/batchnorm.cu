@@ -230,8 +230,7 @@ __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __rest
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
   if (!training) {
-    epilogues::ScaleBatchNorm::eval_column(running_mean[j], running_var[j], gamma[j], eps,
-                                           center[j], mul[j]);
+    Math::eval_column(running_mean[j], running_var[j], gamma[j], eps, center[j], mul[j]);
     return;
   }
   double sum = 0.0, sq = 0.0;
@@ -273,34 +272,30 @@ finish_tiles_kernel(const float* __restrict__ tile_mean, const float* __restrict
     return static_cast<double>(t + 1 < tiles ? rows : batch - t * rows);
   };
   const double count = static_cast<double>(batch);
-  double part = 0.0;
-  if (j < n) {
-    for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) {
-      part += count_of(t) * tile_mean[t * n + j];
+  // Column j's sum of f(t) over the tiles in a fixed order (valid in row lane 0): each lane
+  // sums every kStatRowThreads-th tile, then lane 0 the lanes.
+  const auto sum_over_tiles = [&](auto f) {
+    double part = 0.0;
+    if (j < n) {
+      for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) part += f(t);
     }
-  }
-  s_part[threadIdx.y][threadIdx.x] = part;
-  __syncthreads();
-  if (threadIdx.y == 0) {
+    s_part[threadIdx.y][threadIdx.x] = part;
+    __syncthreads();
     double total = 0.0;
-    for (int r = 0; r < kStatRowThreads; ++r) total += s_part[r][threadIdx.x];
-    s_mean[threadIdx.x] = total / count;
-  }
-  __syncthreads();
-  const double mean = s_mean[threadIdx.x];
-  part = 0.0;
-  if (j < n) {
-    for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) {
-      const double d = static_cast<double>(tile_mean[t * n + j]) - mean;
-      part += static_cast<double>(tile_m2[t * n + j]) + count_of(t) * d * d;
+    if (threadIdx.y == 0) {
+      for (int r = 0; r < kStatRowThreads; ++r) total += s_part[r][threadIdx.x];
     }
-  }
-  __syncthreads();  // s_part's first sums are read
-  s_part[threadIdx.y][threadIdx.x] = part;
-  __syncthreads();
+    return total;
+  };
+  const double sum = sum_over_tiles([&](int64_t t) { return count_of(t) * tile_mean[t * n + j]; });
+  if (threadIdx.y == 0) s_mean[threadIdx.x] = sum / count;
+  __syncthreads();  // also: s_part's first sums are read before it is written again
+  const double mean = s_mean[threadIdx.x];
+  const double m2 = sum_over_tiles([&](int64_t t) {
+    const double d = static_cast<double>(tile_mean[t * n + j]) - mean;
+    return static_cast<double>(tile_m2[t * n + j]) + count_of(t) * d * d;
+  });
   if (threadIdx.y == 0 && j < n) {
-    double m2 = 0.0;
-    for (int r = 0; r < kStatRowThreads; ++r) m2 += s_part[r][threadIdx.x];
     finish_training_column(j, mean, m2 / count, true, bias, scale, sv.col_stride, gamma,
                            running_mean, running_var, nbt_read, momentum, eps, count, center[j],
                            mul[j]);
@@ -357,7 +352,7 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
-      o[e] = epilogues::ScaleBatchNorm::normalize(z, c[e], m[e], be[e]);
+      o[e] = Math::normalize(z, c[e], m[e], be[e]);
     }
     store_vector<V>(out + i * n + j0, o);
   }
@@ -379,10 +374,10 @@ static_assert(kResidentRowGroups * 16 == plan::kMaxBatchNormResidentRows,
               "the planner's rule for model 39's moments route counts this kernel's rows");
 constexpr int kResidentWarps = kResidentThreads / kWarpSize;
 
-// Sum of v over the lanes of this warp that hold the same column quad (lanes q, q + 8, ...);
-// lanes 0..7 then write their quad's 4 column totals for this warp.
-__device__ __forceinline__ void reduce_quads_to_smem(double (&v)[4],
-                                                     double (*s_part)[kResidentCols]) {
+// The block's column totals of v: summed over the lanes of each warp that hold the same column
+// quad (lanes q, q + 8, ...), lanes 0..7 write their quad's 4 totals for the warp, and thread
+// c < kResidentCols returns column c's sum over the warps, in order.
+__device__ __forceinline__ double column_totals(double (&v)[4], double (*s_part)[kResidentCols]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
 #pragma unroll
@@ -395,6 +390,12 @@ __device__ __forceinline__ void reduce_quads_to_smem(double (&v)[4],
 #pragma unroll
     for (int e = 0; e < 4; ++e) s_part[threadIdx.x / kWarpSize][4 * lane + e] = v[e];
   }
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x < kResidentCols) {
+    for (int w = 0; w < kResidentWarps; ++w) total += s_part[w][threadIdx.x];
+  }
+  return total;
 }
 
 // nbt_read: num_batches_tracked when the factor is cumulative (momentum=None), else null;
@@ -434,13 +435,8 @@ batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restric
     acc[2] += v[r].z;
     acc[3] += v[r].w;
   }
-  reduce_quads_to_smem(acc, s_part);
-  __syncthreads();
-  if (threadIdx.x < kResidentCols) {
-    double total = 0.0;
-    for (int w = 0; w < kResidentWarps; ++w) total += s_part[w][threadIdx.x];
-    s_mean[threadIdx.x] = total / static_cast<double>(batch);
-  }
+  const double sum = column_totals(acc, s_part);
+  if (threadIdx.x < kResidentCols) s_mean[threadIdx.x] = sum / static_cast<double>(batch);
   __syncthreads();
   double mean[4];
 #pragma unroll
@@ -458,12 +454,9 @@ batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restric
       for (int e = 0; e < 4; ++e) acc[e] += d[e] * d[e];
     }
   }
-  reduce_quads_to_smem(acc, s_part);  // s_part was last read before the barrier above
-  __syncthreads();
+  const double sq = column_totals(acc, s_part);  // s_part last read before the barrier above
   if (threadIdx.x < kResidentCols && col0 + threadIdx.x < n) {
     const int64_t j = col0 + threadIdx.x;
-    double sq = 0.0;
-    for (int w = 0; w < kResidentWarps; ++w) sq += s_part[w][threadIdx.x];
     const double count = static_cast<double>(batch);
     finish_training_column(j, s_mean[threadIdx.x], sq / count, true, bias, scale,
                            scale_col_stride, gamma, running_mean, running_var, nbt_read, momentum,
