@@ -24,7 +24,8 @@ struct ScaleBatchNorm {
     return (y + static_cast<y_t>(bias)) * static_cast<y_t>(scale);
   }
 
-  // 1 / sqrt(var + eps), the CUDA multiplier's first factor; the CPU's multiplier.
+  // A column's multiplier: on CUDA 1 / sqrt(var + eps) times gamma (and the scale, where the
+  // statistics are y's), on the CPU gamma / sqrt(var + eps).
   C10_HOST_DEVICE static double invstd(double var, double eps) {
 #if defined(__CUDA_ARCH__)
     return 1.0 / ::sqrt(var + eps);
