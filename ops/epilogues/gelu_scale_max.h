@@ -17,16 +17,7 @@ struct GeluScaleMax {
 
   // The exact (erf) GELU, nn.functional.gelu's default, in the order of ATen's CPU kernel.
   C10_HOST_DEVICE static T gelu(T v) {
-    return v * T(0.5) * (T(1) + erf(v * T(0.70710678118654752440)));
-  }
-
-  C10_HOST_DEVICE static T erf(T v) {
-#if defined(__CUDA_ARCH__)
-    if constexpr (sizeof(T) == sizeof(float)) return ::erff(v);
-    else return ::erf(v);
-#else
-    return std::erf(v);
-#endif
+    return v * T(0.5) * (T(1) + std::erf(v * T(0.70710678118654752440)));
   }
 
   template <typename Store>

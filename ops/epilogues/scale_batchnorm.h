@@ -27,11 +27,7 @@ struct ScaleBatchNorm {
   // A column's multiplier: on CUDA 1 / sqrt(var + eps) times gamma (and the scale, where the
   // statistics are y's), on the CPU gamma / sqrt(var + eps).
   C10_HOST_DEVICE static double invstd(double var, double eps) {
-#if defined(__CUDA_ARCH__)
-    return 1.0 / ::sqrt(var + eps);
-#else
     return 1.0 / std::sqrt(var + eps);
-#endif
   }
   static double multiplier(double gamma, double var, double eps) {
     return gamma / std::sqrt(var + eps);
