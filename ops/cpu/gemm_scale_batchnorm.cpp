@@ -10,7 +10,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -18,9 +17,12 @@
 #include "plan/settings.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
+#include "epilogues/scale_batchnorm.h"
 
 namespace fusedops {
 namespace {
+
+using Math = epilogues::ScaleBatchNorm;
 
 // Columns a training task sweeps together: the three passes over a block (sum, squared
 // deviations, normalize) then read each row's span as whole cache lines.
@@ -62,7 +64,7 @@ void batchnorm_train(const ScaledLinear<scalar_t>& z_in,
                      double* new_running_var) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t features = z_in.features;
-  const double unbiased = static_cast<double>(batch) / static_cast<double>(batch - 1);
+  const double count = static_cast<double>(batch);
   const int64_t grain = std::max(kColumnBlock, cpu::grain_for(batch));
   at::parallel_for(0, features, grain, [&](int64_t begin, int64_t end) {
     double sum[kColumnBlock];
@@ -95,16 +97,17 @@ void batchnorm_train(const ScaledLinear<scalar_t>& z_in,
         const int64_t j = block + u;
         const double variance = squared_deviation[u] / static_cast<double>(batch);
         shift[u] = static_cast<acc_t>(mean[u]);
-        multiplier[u] = static_cast<acc_t>(gamma[j] / std::sqrt(variance + eps));
+        multiplier[u] = static_cast<acc_t>(Math::multiplier(gamma[j], variance, eps));
         offset[u] = static_cast<acc_t>(beta[j]);
-        new_running_mean[j] = (1.0 - factor) * running_mean[j] + factor * mean[u];
-        new_running_var[j] = (1.0 - factor) * running_var[j] + factor * variance * unbiased;
+        new_running_mean[j] = Math::blend(running_mean[j], mean[u], factor);
+        new_running_var[j] = Math::running_var_cpu(running_var[j], variance, count, factor);
       }
       for (int64_t i = 0; i < batch; ++i) {
         const acc_t* z_row = z_buffer + i * features + block;
         scalar_t* out_row = out + i * features + block;
         for (int64_t u = 0; u < width; ++u) {
-          out_row[u] = static_cast<scalar_t>((z_row[u] - shift[u]) * multiplier[u] + offset[u]);
+          out_row[u] = static_cast<scalar_t>(
+              Math::normalize(z_row[u], shift[u], multiplier[u], offset[u]));
         }
       }
     }
@@ -121,15 +124,15 @@ void batchnorm_eval(const ScaledLinear<scalar_t>& z_in, int64_t batch,
   std::vector<acc_t> shift(features), multiplier(features), offset(features);
   for (int64_t j = 0; j < features; ++j) {
     shift[j] = static_cast<acc_t>(running_mean[j]);
-    multiplier[j] = static_cast<acc_t>(gamma[j] / std::sqrt(running_var[j] + eps));
+    multiplier[j] = static_cast<acc_t>(Math::multiplier(gamma[j], running_var[j], eps));
     offset[j] = static_cast<acc_t>(beta[j]);
   }
   at::parallel_for(0, batch, cpu::grain_for(features), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       scalar_t* out_row = out + i * features;
       for (int64_t j = 0; j < features; ++j) {
-        out_row[j] =
-            static_cast<scalar_t>((z_in.value(i, j) - shift[j]) * multiplier[j] + offset[j]);
+        out_row[j] = static_cast<scalar_t>(
+            Math::normalize(z_in.value(i, j), shift[j], multiplier[j], offset[j]));
       }
     }
   });
@@ -165,10 +168,11 @@ at::Tensor gemm_scale_batchnorm_cpu(const at::Tensor& x, const at::Tensor& weigh
   at::Tensor new_mean, new_var;
   double factor = 0.0;
   if (training) {
-    // nn.BatchNorm1d counts the batch first; momentum=None then averages over all batches.
+    // nn.BatchNorm1d counts the batch; momentum=None then averages over all batches, this one
+    // included.
+    factor = Math::factor(!momentum.has_value(), momentum.value_or(0.0),
+                          num_batches_tracked.item<int64_t>());
     num_batches_tracked.add_(1);
-    factor = momentum.has_value() ? *momentum
-                                  : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
     // An empty batch has no statistics: BatchNorm returns the empty output and leaves the
     // running statistics as they were (it still counts the batch).
     if (batch == 0) return out;

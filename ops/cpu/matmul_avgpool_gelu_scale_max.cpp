@@ -21,6 +21,7 @@
 #include "common/operator_folds.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
+#include "epilogues/gelu_scale_max.h"
 
 namespace fusedops {
 namespace {
@@ -79,25 +80,20 @@ FoldTensors fold_avgpool_linear(const at::Tensor& weight, const at::Tensor& bias
   return {pooled_weight, pooled_bias};
 }
 
-// The exact (erf) GELU, written in the order of ATen's CPU kernel.
-template <typename acc_t>
-acc_t gelu_erf(acc_t v) {
-  return v * acc_t(0.5) * (acc_t(1) + std::erf(v * acc_t(M_SQRT1_2)));
-}
-
-// max_j scale * gelu(pooled_j) with torch.max's rule for NaN: a NaN anywhere in the row wins.
-// With `eager` the pooled value, GELU and the product are rounded to scalar_t, where the
-// reference's avg_pool1d, gelu and `* scale_factor` write them. (The Linear output itself is
-// never formed: the fold pools the weights, so its rounding is the one eager cannot repeat.)
+// max_j scale * gelu(pooled_j) (epilogues/gelu_scale_max.h), with `eager` rounded where the
+// reference writes each step. (The Linear output itself is never formed: the fold pools the
+// weights, so its rounding is the one eager cannot repeat.) A NaN ends the row; of equal values
+// the first is kept.
 template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
 acc_t scaled_gelu_max(const acc_t* pooled, int64_t width, acc_t scale, bool eager) {
+  using Math = epilogues::GeluScaleMax<acc_t>;
+  const Math math{scale};
   acc_t best = -std::numeric_limits<acc_t>::infinity();
-  for (int64_t j = 0; j < width; ++j) {
-    const acc_t g = stored_as<scalar_t>(gelu_erf(stored_as<scalar_t>(pooled[j], eager)), eager);
-    const acc_t v = stored_as<scalar_t>(g * scale, eager);
-    if (std::isnan(v)) return v;
-    if (v > best) best = v;
-  }
+  with_store<scalar_t>(eager, [&](auto store) {
+    for (int64_t j = 0; j < width && !std::isnan(best); ++j) {
+      best = Math::nan_max(math.template scaled_gelu<decltype(store)>(pooled[j]), best);
+    }
+  });
   return best;
 }
 

@@ -22,6 +22,8 @@
 namespace fusedops::cuda {
 namespace {
 
+using Math = epilogues::ScaleBatchNorm;
+
 // The moments pass: a block covers kStatThreadsX threads' columns (V each: one warp-wide,
 // coalesced row segment) and kStatRowThreads row lanes; gridDim.y slices the batch.
 constexpr int kStatThreadsX = 32;
@@ -68,7 +70,7 @@ struct ColumnScales {
 struct LinearTimesScale {
   template <typename y_t, typename scalar_t>
   __device__ __forceinline__ static y_t z(y_t y, const scalar_t* bias, scalar_t s, int64_t j) {
-    return epilogues::ScaleBatchNorm::z(y, bias[j], s);
+    return Math::z(y, bias[j], s);
   }
 };
 
@@ -100,43 +102,43 @@ __device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
                                                      scalar_t* running_var, int64_t j, double mean,
                                                      double var, double count,
                                                      const int64_t* nbt_read, double momentum) {
-  const double factor = nbt_read != nullptr ? 1.0 / static_cast<double>(*nbt_read + 1) : momentum;
-  const double unbiased = var * count / (count - 1.0);
-  running_mean[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_mean[j]) +
-                                          factor * mean);
-  running_var[j] = static_cast<scalar_t>((1.0 - factor) * static_cast<double>(running_var[j]) +
-                                         factor * unbiased);
+  const double f = Math::factor(nbt_read != nullptr, momentum, nbt_read ? *nbt_read : 0);
+  running_mean[j] = static_cast<scalar_t>(Math::blend(running_mean[j], mean, f));
+  running_var[j] = static_cast<scalar_t>(Math::running_var(running_var[j], var, count, f));
 }
 
 // Moments: per (slice, column) the sum and sum of squares of (z - shift_j) in double, shift_j
 // = z[0, j] (or y[0, j] for kOfY). Shifting by a sample of the column keeps E[d^2] - E[d]^2
-// free of cancellation when the mean is large against the spread.
+// free of cancellation when the mean is large against the spread. Each thread adds its rows'
+// sums into its own shared-memory slots (row lane threadIdx.y), summed in order by lane 0.
 // Two blocks an SM at least: unbounded, the 8-column float16 kernel took 138 registers a
 // thread, which leaves room for one.
 template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
           typename y_t = acc_t<scalar_t>>
-__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2) column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
-                                      const scalar_t* __restrict__ scale, ScaleView sv,
-                                      double* __restrict__ partial_sum,
-                                      double* __restrict__ partial_sq, int64_t batch, int64_t n) {
+__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2)
+column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
+                      const scalar_t* __restrict__ scale, ScaleView sv,
+                      double* __restrict__ partial_sum, double* __restrict__ partial_sq,
+                      int64_t batch, int64_t n) {
   __shared__ double s_sum[kStatRowThreads][V * kStatThreadsX];
   __shared__ double s_sq[kStatRowThreads][V * kStatThreadsX];
+  double* my_sum = &s_sum[threadIdx.y][V * threadIdx.x];
+  double* my_sq = &s_sq[threadIdx.y][V * threadIdx.x];
   const int64_t j0 = V * (blockIdx.x * static_cast<int64_t>(kStatThreadsX) + threadIdx.x);
   const int64_t rows_per_slice = ceil_div(batch, gridDim.y);
   const int64_t begin = blockIdx.y * rows_per_slice;
   const int64_t end = begin + rows_per_slice < batch ? begin + rows_per_slice : batch;
-  double sum[V] = {}, sq[V] = {};
+#pragma unroll
+  for (int e = 0; e < V; ++e) my_sum[e] = my_sq[e] = 0.0;
   if (j0 < n) {  // n is a multiple of V: a thread's columns are all in or all out
     const ColumnScales<scalar_t, V> scales(scale, sv, j0);
     // A float16/bfloat16 y (a half-precision model's): each thread sums kChunk rows in float,
-    // then adds the chunk to its double sums, kept in its own shared-memory slots. The
-    // statistics are rounded to the model's dtype (2^-8 or 2^-11) while a chunk's float sum is
-    // off by about kChunk * 2^-24 of itself; double sums of every element, in registers, held
-    // 16 doubles a thread and ran at a third of the pass's bandwidth (85 us for 16384 x 4096
-    // float16 on an H200). Wider y: double sums of every element, in registers.
+    // then adds the chunk to its double sums. The statistics are rounded to the model's dtype
+    // (2^-8 or 2^-11) while a chunk's float sum is off by about kChunk * 2^-24 of itself;
+    // double sums of every element, in registers, held 16 doubles a thread and ran at a third
+    // of the pass's bandwidth. Wider y: double sums of every element, in registers.
     using part_t = std::conditional_t<sizeof(ys_t) == 2, float, double>;
-    constexpr bool kChunked = std::is_same_v<part_t, float>;
-    constexpr int kChunk = 32;
+    constexpr int kChunk = std::is_same_v<part_t, float> ? 32 : 0;
     part_t shift[V];
     y_t first[V];
     load_vector<V>(y + j0, first);
@@ -150,18 +152,11 @@ __global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2) column_mome
     auto flush = [&] {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        s_sum[threadIdx.y][V * threadIdx.x + e] += part_sum[e];
-        s_sq[threadIdx.y][V * threadIdx.x + e] += part_sq[e];
+        my_sum[e] += part_sum[e];
+        my_sq[e] += part_sq[e];
         part_sum[e] = part_sq[e] = 0;
       }
     };
-    if constexpr (kChunked) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        s_sum[threadIdx.y][V * threadIdx.x + e] = 0.0;
-        s_sq[threadIdx.y][V * threadIdx.x + e] = 0.0;
-      }
-    }
     int in_chunk = 0;
 #pragma unroll 4
     for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
@@ -174,43 +169,26 @@ __global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2) column_mome
         part_sum[e] += d;
         part_sq[e] += d * d;
       }
-      if constexpr (kChunked) {
+      if constexpr (kChunk != 0) {
         if (++in_chunk == kChunk) {
           flush();
           in_chunk = 0;
         }
       }
     }
-    if constexpr (kChunked) {
-      flush();
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        sum[e] = s_sum[threadIdx.y][V * threadIdx.x + e];
-        sq[e] = s_sq[threadIdx.y][V * threadIdx.x + e];
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        sum[e] = part_sum[e];
-        sq[e] = part_sq[e];
-      }
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < V; ++e) {
-    s_sum[threadIdx.y][V * threadIdx.x + e] = sum[e];
-    s_sq[threadIdx.y][V * threadIdx.x + e] = sq[e];
+    flush();  // a double part into 0.0: exact
   }
   __syncthreads();
   if (threadIdx.y == 0 && j0 < n) {
 #pragma unroll
     for (int e = 0; e < V; ++e) {
+      double sum = my_sum[e], sq = my_sq[e];
       for (int r = 1; r < kStatRowThreads; ++r) {
-        sum[e] += s_sum[r][V * threadIdx.x + e];
-        sq[e] += s_sq[r][V * threadIdx.x + e];
+        sum += s_sum[r][V * threadIdx.x + e];
+        sq += s_sq[r][V * threadIdx.x + e];
       }
-      partial_sum[blockIdx.y * n + j0 + e] = sum[e];
-      partial_sq[blockIdx.y * n + j0 + e] = sq[e];
+      partial_sum[blockIdx.y * n + j0 + e] = sum;
+      partial_sq[blockIdx.y * n + j0 + e] = sq;
     }
   }
 }
@@ -222,16 +200,15 @@ __global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2) column_mome
 template <typename scalar_t, typename y_t>
 __device__ __forceinline__ void finish_training_column(
     int64_t j, double mean_of_sums, double var_of_sums, bool stats_of_y,
-    const scalar_t* __restrict__ bias, const scalar_t* __restrict__ scale, ScaleView sv,
-    const scalar_t* __restrict__ gamma, scalar_t* __restrict__ running_mean,
-    scalar_t* __restrict__ running_var, const int64_t* nbt_read, double momentum, double eps,
-    double count, y_t* __restrict__ center, y_t* __restrict__ mul) {
-  const double s = stats_of_y ? static_cast<double>(scale[j * sv.col_stride]) : 1.0;
+    const scalar_t* __restrict__ bias, const scalar_t* __restrict__ scale,
+    int64_t scale_col_stride, const scalar_t* __restrict__ gamma,
+    scalar_t* __restrict__ running_mean, scalar_t* __restrict__ running_var,
+    const int64_t* nbt_read, double momentum, double eps, double count, y_t& center, y_t& mul) {
+  const double s = stats_of_y ? static_cast<double>(scale[j * scale_col_stride]) : 1.0;
   const double mean = stats_of_y ? (mean_of_sums + static_cast<double>(bias[j])) * s : mean_of_sums;
   const double var = stats_of_y ? s * s * var_of_sums : var_of_sums;
-  const double invstd = 1.0 / sqrt(var + eps);
-  center[j] = static_cast<y_t>(mean_of_sums);
-  mul[j] = static_cast<y_t>(s * invstd * static_cast<double>(gamma[j]));
+  center = static_cast<y_t>(mean_of_sums);
+  mul = static_cast<y_t>(s * Math::invstd(var, eps) * static_cast<double>(gamma[j]));
   update_running_stats(running_mean, running_var, j, mean, var, count, nbt_read, momentum);
 }
 
@@ -253,8 +230,7 @@ __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __rest
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
   if (!training) {
-    epilogues::ScaleBatchNorm::eval_column(running_mean[j], running_var[j], gamma[j], eps,
-                                           center[j], mul[j]);
+    Math::eval_column(running_mean[j], running_var[j], gamma[j], eps, center[j], mul[j]);
     return;
   }
   double sum = 0.0, sq = 0.0;
@@ -269,9 +245,9 @@ __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __rest
   const double count = static_cast<double>(batch);
   const double mean_shifted = sum / count;
   const double var_of_sums = fmax(sq / count - mean_shifted * mean_shifted, 0.0);
-  finish_training_column(j, shift + mean_shifted, var_of_sums, stats_of_y, bias, scale, sv,
-                         gamma, running_mean, running_var, nbt_read, momentum, eps, count,
-                         center, mul);
+  finish_training_column(j, shift + mean_shifted, var_of_sums, stats_of_y, bias, scale,
+                         sv.col_stride, gamma, running_mean, running_var, nbt_read, momentum, eps,
+                         count, center[j], mul[j]);
 }
 
 // Finish from tile moments (tile_moments.h; float32 y, stats of y): each tile's column mean
@@ -296,36 +272,33 @@ finish_tiles_kernel(const float* __restrict__ tile_mean, const float* __restrict
     return static_cast<double>(t + 1 < tiles ? rows : batch - t * rows);
   };
   const double count = static_cast<double>(batch);
-  double part = 0.0;
-  if (j < n) {
-    for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) {
-      part += count_of(t) * tile_mean[t * n + j];
+  // Column j's sum of f(t) over the tiles in a fixed order (valid in row lane 0): each lane
+  // sums every kStatRowThreads-th tile, then lane 0 the lanes.
+  const auto sum_over_tiles = [&](auto f) {
+    double part = 0.0;
+    if (j < n) {
+      for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) part += f(t);
     }
-  }
-  s_part[threadIdx.y][threadIdx.x] = part;
-  __syncthreads();
-  if (threadIdx.y == 0) {
+    s_part[threadIdx.y][threadIdx.x] = part;
+    __syncthreads();
     double total = 0.0;
-    for (int r = 0; r < kStatRowThreads; ++r) total += s_part[r][threadIdx.x];
-    s_mean[threadIdx.x] = total / count;
-  }
-  __syncthreads();
-  const double mean = s_mean[threadIdx.x];
-  part = 0.0;
-  if (j < n) {
-    for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) {
-      const double d = static_cast<double>(tile_mean[t * n + j]) - mean;
-      part += static_cast<double>(tile_m2[t * n + j]) + count_of(t) * d * d;
+    if (threadIdx.y == 0) {
+      for (int r = 0; r < kStatRowThreads; ++r) total += s_part[r][threadIdx.x];
     }
-  }
-  __syncthreads();  // s_part's first sums are read
-  s_part[threadIdx.y][threadIdx.x] = part;
-  __syncthreads();
+    return total;
+  };
+  const double sum = sum_over_tiles([&](int64_t t) { return count_of(t) * tile_mean[t * n + j]; });
+  if (threadIdx.y == 0) s_mean[threadIdx.x] = sum / count;
+  __syncthreads();  // also: s_part's first sums are read before it is written again
+  const double mean = s_mean[threadIdx.x];
+  const double m2 = sum_over_tiles([&](int64_t t) {
+    const double d = static_cast<double>(tile_mean[t * n + j]) - mean;
+    return static_cast<double>(tile_m2[t * n + j]) + count_of(t) * d * d;
+  });
   if (threadIdx.y == 0 && j < n) {
-    double m2 = 0.0;
-    for (int r = 0; r < kStatRowThreads; ++r) m2 += s_part[r][threadIdx.x];
-    finish_training_column(j, mean, m2 / count, true, bias, scale, sv, gamma, running_mean,
-                           running_var, nbt_read, momentum, eps, count, center, mul);
+    finish_training_column(j, mean, m2 / count, true, bias, scale, sv.col_stride, gamma,
+                           running_mean, running_var, nbt_read, momentum, eps, count, center[j],
+                           mul[j]);
   }
 }
 
@@ -379,7 +352,7 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
-      o[e] = epilogues::ScaleBatchNorm::normalize(z, c[e], m[e], be[e]);
+      o[e] = Math::normalize(z, c[e], m[e], be[e]);
     }
     store_vector<V>(out + i * n + j0, o);
   }
@@ -392,7 +365,7 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
 // registers the statistics are exact two-pass (the mean, then the mean squared deviation from
 // it, both in double) rather than the shifted one-pass sums of the streaming path.
 // 32 columns (one 128-byte segment of each row) a block: with 16 (64-byte segments) the kernel
-// ran at half the bandwidth, 57 us against 26 us at 1024x8192 on the H200 (docs/PERFORMANCE.md).
+// ran at half the bandwidth.
 constexpr int kResidentQuads = 8;
 constexpr int kResidentCols = 4 * kResidentQuads;
 constexpr int kResidentRowGroups = 64;  // rows at a time; a thread holds kRows of them
@@ -401,10 +374,10 @@ static_assert(kResidentRowGroups * 16 == kBatchNormOnePassRows,
               "the planner's rule for the moments route counts this kernel's rows");
 constexpr int kResidentWarps = kResidentThreads / kWarpSize;
 
-// Sum of v over the lanes of this warp that hold the same column quad (lanes q, q + 8, ...);
-// lanes 0..7 then write their quad's 4 column totals for this warp.
-__device__ __forceinline__ void reduce_quads_to_smem(double (&v)[4],
-                                                     double (*s_part)[kResidentCols]) {
+// The block's column totals of v: summed over the lanes of each warp that hold the same column
+// quad (lanes q, q + 8, ...), lanes 0..7 write their quad's 4 totals for the warp, and thread
+// c < kResidentCols returns column c's sum over the warps, in order.
+__device__ __forceinline__ double column_totals(double (&v)[4], double (*s_part)[kResidentCols]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
 #pragma unroll
@@ -417,6 +390,12 @@ __device__ __forceinline__ void reduce_quads_to_smem(double (&v)[4],
 #pragma unroll
     for (int e = 0; e < 4; ++e) s_part[threadIdx.x / kWarpSize][4 * lane + e] = v[e];
   }
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x < kResidentCols) {
+    for (int w = 0; w < kResidentWarps; ++w) total += s_part[w][threadIdx.x];
+  }
+  return total;
 }
 
 // nbt_read: num_batches_tracked when the factor is cumulative (momentum=None), else null;
@@ -456,13 +435,8 @@ batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restric
     acc[2] += v[r].z;
     acc[3] += v[r].w;
   }
-  reduce_quads_to_smem(acc, s_part);
-  __syncthreads();
-  if (threadIdx.x < kResidentCols) {
-    double total = 0.0;
-    for (int w = 0; w < kResidentWarps; ++w) total += s_part[w][threadIdx.x];
-    s_mean[threadIdx.x] = total / static_cast<double>(batch);
-  }
+  const double sum = column_totals(acc, s_part);
+  if (threadIdx.x < kResidentCols) s_mean[threadIdx.x] = sum / static_cast<double>(batch);
   __syncthreads();
   double mean[4];
 #pragma unroll
@@ -480,23 +454,13 @@ batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restric
       for (int e = 0; e < 4; ++e) acc[e] += d[e] * d[e];
     }
   }
-  reduce_quads_to_smem(acc, s_part);  // s_part was last read before the barrier above
-  __syncthreads();
+  const double sq = column_totals(acc, s_part);  // s_part last read before the barrier above
   if (threadIdx.x < kResidentCols && col0 + threadIdx.x < n) {
     const int64_t j = col0 + threadIdx.x;
-    double sq = 0.0;
-    for (int w = 0; w < kResidentWarps; ++w) sq += s_part[w][threadIdx.x];
     const double count = static_cast<double>(batch);
-    const double mean_y = s_mean[threadIdx.x];
-    const double var_y = sq / count;
-    // The statistics of z = (y + b) * s follow from those of y.
-    const double s = static_cast<double>(scale[j * scale_col_stride]);
-    const double mean_z = (mean_y + static_cast<double>(bias[j])) * s;
-    const double var_z = s * s * var_y;
-    const double invstd = 1.0 / sqrt(var_z + eps);
-    s_center[threadIdx.x] = static_cast<float>(mean_y);
-    s_mul[threadIdx.x] = static_cast<float>(s * invstd * static_cast<double>(gamma[j]));
-    update_running_stats(running_mean, running_var, j, mean_z, var_z, count, nbt_read, momentum);
+    finish_training_column(j, s_mean[threadIdx.x], sq / count, true, bias, scale,
+                           scale_col_stride, gamma, running_mean, running_var, nbt_read, momentum,
+                           eps, count, s_center[threadIdx.x], s_mul[threadIdx.x]);
   }
   count_batch(counter);
   __syncthreads();
@@ -538,6 +502,8 @@ struct Passes {
   int64_t n() const { return y.size(1); }
   int64_t* nbt() const { return args.num_batches_tracked.template data_ptr<int64_t>(); }
   bool cumulative() const { return !args.momentum.has_value(); }
+  // num_batches_tracked for the kernels that read it (the cumulative factor), else null.
+  const int64_t* nbt_read() const { return cumulative() ? nbt() : nullptr; }
 
   // float32 y only (the caller's dispatch).
   template <int kRows>
@@ -546,8 +512,8 @@ struct Passes {
         <<<static_cast<unsigned>(ceil_div(n(), kResidentCols)), kResidentThreads, 0, stream>>>(
             y.template data_ptr<float>(), bias, scale, sv.col_stride,
             args.gamma.template data_ptr<scalar_t>(), args.beta.template data_ptr<scalar_t>(),
-            running_mean, running_var, cumulative() ? nbt() : nullptr,
-            cumulative() ? nullptr : nbt(), args.momentum.value_or(0.0), args.eps,
+            running_mean, running_var, nbt_read(), cumulative() ? nullptr : nbt(),
+            args.momentum.value_or(0.0), args.eps,
             out.template data_ptr<scalar_t>(), batch(), n());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (cumulative()) {
@@ -561,8 +527,9 @@ struct Passes {
   // once), then merged.
   void from_tiles(float* center, float* mul) {
     const int64_t tiles_m = ceil_div(batch(), tiles->rows);
-    TORCH_INTERNAL_ASSERT(tiles->mean.numel() == tiles_m * n() && tiles->m2.numel() == tiles_m * n(),
-                          "fusedops: tile moments of the wrong shape");
+    TORCH_INTERNAL_ASSERT(
+        tiles->mean.numel() == tiles_m * n() && tiles->m2.numel() == tiles_m * n(),
+        "fusedops: tile moments of the wrong shape");
     if (!tiles->written || tiles->changed_rows.defined()) {
       tile_moments_kernel<<<dim3(static_cast<unsigned>(ceil_div(n(), kThreads)),
                                  static_cast<unsigned>(tiles_m)),
@@ -577,8 +544,7 @@ struct Passes {
            dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
         tiles->mean.template data_ptr<float>(), tiles->m2.template data_ptr<float>(),
         tiles->rows, bias, scale, sv, args.gamma.template data_ptr<scalar_t>(), running_mean,
-        running_var, cumulative() ? nbt() : nullptr, args.momentum.value_or(0.0), args.eps,
-        center, mul, batch(), n());
+        running_var, nbt_read(), args.momentum.value_or(0.0), args.eps, center, mul, batch(), n());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
@@ -595,28 +561,29 @@ struct Passes {
       } else {
         TORCH_INTERNAL_ASSERT(false, "fusedops: tile moments need a float32 y and its statistics");
       }
-    } else if (args.training) {
-      const int slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
-      at::Tensor partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
-      double* partial_sum = partial.data_ptr<double>();
-      double* partial_sq = partial_sum + slices * n();
-      const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kStatThreadsX)), slices);
-      column_moments_kernel<scalar_t, ys_t, V, kOfY, Z>
-          <<<grid, dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
-              yp, bias, scale, sv, partial_sum, partial_sq, batch(), n());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else {
+      int slices = 0;  // eval: none, the finish reads the running statistics
+      at::Tensor partial;
+      double* partial_sum = nullptr;
+      double* partial_sq = nullptr;
+      if (args.training) {
+        slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
+        partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
+        partial_sum = partial.data_ptr<double>();
+        partial_sq = partial_sum + slices * n();
+        const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kStatThreadsX)), slices);
+        column_moments_kernel<scalar_t, ys_t, V, kOfY, Z>
+            <<<grid, dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
+                yp, bias, scale, sv, partial_sum, partial_sq, batch(), n());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
       finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
           yp, bias, scale, sv, partial_sum, partial_sq, slices,
-          args.gamma.template data_ptr<scalar_t>(), running_mean, running_var,
-          cumulative() ? nbt() : nullptr, args.momentum.value_or(0.0), args.eps, true, kOfY,
-          center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch(), n());
-    } else {
-      finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
-          yp, bias, scale, sv, nullptr, nullptr, 0, args.gamma.template data_ptr<scalar_t>(),
-          running_mean, running_var, nullptr, 0.0, args.eps, false, false,
-          center.data_ptr<y_t>(), mul.data_ptr<y_t>(), batch(), n());
+          args.gamma.template data_ptr<scalar_t>(), running_mean, running_var, nbt_read(),
+          args.momentum.value_or(0.0), args.eps, args.training, kOfY, center.data_ptr<y_t>(),
+          mul.data_ptr<y_t>(), batch(), n());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
     const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kThreads)),
                     static_cast<unsigned>(std::min<int64_t>(batch(), 1024)));
     normalize_kernel<scalar_t, ys_t, V, kOfY, Z><<<grid, kThreads, 0, stream>>>(
@@ -627,41 +594,36 @@ struct Passes {
   }
 };
 
-// Which passes run (a template, so that each dtype instantiates only its own kernels).
+// The one place a variant is chosen (a template, so that each dtype instantiates only its own
+// kernels). Every variant computes the same formulas; they differ in how y is read:
+//  - eager: y is in the model's dtype (float16/bfloat16) as the reference writes it, and z is
+//    the reference's rounded product: the streaming passes, 8 columns a thread (one 16-byte
+//    load) where n allows;
+//  - float32 y with n % 4 == 0 (16-byte loads of 4 columns), training with one scale value per
+//    column: the statistics of y alone (those of z follow); the resident kernel where the batch
+//    fits in its registers (y read once), with the fewest rows a thread that hold it, unless
+//    the GEMM wrote tile moments (then the streaming passes merge them and read y once too);
+//  - float32 y with n % 4 == 0 otherwise (eval, or a scale per element): streaming, on z;
+//  - anything else (float64, n not a multiple of 4): streaming, one column a thread.
 template <typename scalar_t>
 void run_passes(Passes<scalar_t>& passes, bool eager) {
   using y_t = acc_t<scalar_t>;
   const int64_t batch = passes.batch(), n = passes.n();
   if constexpr (!std::is_same_v<scalar_t, y_t>) {
     if (eager) {
-      if (n % 8 == 0) {
-        passes.template streaming<scalar_t, 8, false, EagerTimesScale>();
-      } else {
-        passes.template streaming<scalar_t, 1, false, EagerTimesScale>();
-      }
-      return;
+      if (n % 8 == 0) return passes.template streaming<scalar_t, 8, false, EagerTimesScale>();
+      return passes.template streaming<scalar_t, 1, false, EagerTimesScale>();
     }
   }
   if constexpr (std::is_same_v<y_t, float>) {
-    if (n % 4 == 0) {
-      // One scale value per column ((), (1,), (out,), (1, out)): training statistics of y
-      // alone, and with few enough rows the resident kernel.
-      const bool of_y = passes.args.training && passes.sv.row_stride == 0;
-      if (of_y && passes.tiles != nullptr) {
-        passes.template streaming<float, 4, true, LinearTimesScale>();
-      } else if (of_y && batch <= kResidentRowGroups * 4) {
-        passes.template resident<4>();
-      } else if (of_y && batch <= kResidentRowGroups * 8) {
-        passes.template resident<8>();
-      } else if (of_y && batch <= kResidentRowGroups * 16) {
-        passes.template resident<16>();
-      } else if (of_y) {
-        passes.template streaming<float, 4, true, LinearTimesScale>();
-      } else {
-        passes.template streaming<float, 4, false, LinearTimesScale>();
-      }
-      return;
+    const bool of_y = passes.args.training && passes.sv.row_stride == 0;
+    if (n % 4 == 0 && of_y && passes.tiles == nullptr) {
+      if (batch <= kResidentRowGroups * 4) return passes.template resident<4>();
+      if (batch <= kResidentRowGroups * 8) return passes.template resident<8>();
+      if (batch <= kResidentRowGroups * 16) return passes.template resident<16>();
     }
+    if (n % 4 == 0 && of_y) return passes.template streaming<float, 4, true, LinearTimesScale>();
+    if (n % 4 == 0) return passes.template streaming<float, 4, false, LinearTimesScale>();
   }
   passes.template streaming<y_t, 1, false, LinearTimesScale>();
 }

@@ -1,4 +1,5 @@
-// Model 98's epilogue (gelu_scale_max.h): one row maximum (RowMax) fed by two readers.
+// Model 98's epilogue (gelu_scale_max.h here, its math in epilogues/gelu_scale_max.h): one row
+// maximum (RowMax) fed by two readers.
 #include "cuda/epilogues/gelu_scale_max.h"
 
 #include <ATen/ATen.h>
@@ -10,28 +11,22 @@
 
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
+#include "epilogues/gelu_scale_max.h"
 
 namespace fusedops::cuda {
 namespace {
 
-// scale * gelu(p) as the reference stores each step (the pooled value, GELU, the product;
-// rounded to the model's dtype under eager: Store). The Linear output itself is never formed
-// here: the fold pools the weights.
-template <typename Store, typename acc>
-__device__ __forceinline__ acc scaled_gelu(acc p, acc scale) {
-  const acc g = Store::store(gelu_erf(Store::store(p)));
-  return Store::store(g * scale);
-}
-
-// The running maximum of a row's scaled GELUs, and whether every pooled value was finite.
+// The running maximum of a row's scaled GELUs (epilogues/gelu_scale_max.h), and whether every
+// pooled value was finite.
 template <typename Store, typename acc>
 struct RowMax {
-  acc scale;
+  using Math = epilogues::GeluScaleMax<acc>;
+  Math math;
   acc best = -INFINITY;
   bool finite = true;
   __device__ __forceinline__ void take(acc p) {
     finite &= is_finite(p);
-    best = nan_max(best, scaled_gelu<Store>(p, scale));
+    best = Math::nan_max(best, math.template scaled_gelu<Store>(p));
   }
 };
 
@@ -41,7 +36,7 @@ template <typename Store, typename scalar_t, typename acc = acc_t<scalar_t>>
 __device__ acc unfolded_row_max(const scalar_t* __restrict__ xr, const scalar_t* __restrict__ weight,
                                 const scalar_t* __restrict__ bias, int64_t pooled_n, int64_t k,
                                 int64_t pool, acc scale, int lane) {
-  RowMax<Store, acc> row{scale};
+  RowMax<Store, acc> row{{scale}};
   for (int64_t j = 0; j < pooled_n; ++j) {
     acc window = 0;
     for (int64_t t = 0; t < pool; ++t) {
@@ -52,7 +47,7 @@ __device__ acc unfolded_row_max(const scalar_t* __restrict__ xr, const scalar_t*
       }
       window += warp_sum(dot) + static_cast<acc>(bias[j * pool + t]);
     }
-    row.best = nan_max(row.best, scaled_gelu<Store>(window / static_cast<acc>(pool), scale));
+    row.take(window / static_cast<acc>(pool));
   }
   return row.best;
 }
@@ -73,7 +68,7 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= batch) return;
   const acc* pr = pooled + row * pooled_n;
-  RowMax<Store, acc> row_max{scale};
+  RowMax<Store, acc> row_max{{scale}};
   for (int64_t j = lane; j < pooled_n; j += kWarpSize) {
     row_max.take(pr[j] + static_cast<acc>(pooled_bias[j]));
   }
@@ -102,7 +97,7 @@ gelu_scale_max_partials_kernel(gemm::Partials3xFp16View view, const float* __res
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   constexpr int kWarps = kRowThreads / kWarpSize;
   for (int64_t row = blockIdx.x; row < batch; row += gridDim.x) {
-    RowMax<Store, float> row_max{scale};
+    RowMax<Store, float> row_max{{scale}};
     if (!view.guarded(row)) {
       for (int64_t j = 4 * static_cast<int64_t>(threadIdx.x); j < pooled_n; j += 4 * kRowThreads) {
         const float4 p = view.at4(row, j);
