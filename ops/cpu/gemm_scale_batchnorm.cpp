@@ -17,7 +17,7 @@
 #include "plan/settings.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
-#include "epilogues/scale_batchnorm.h"
+#include "math/scale_batchnorm.h"
 
 namespace fusedops {
 namespace {

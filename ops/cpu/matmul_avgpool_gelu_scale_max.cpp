@@ -21,7 +21,7 @@
 #include "common/operator_folds.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
-#include "epilogues/gelu_scale_max.h"
+#include "math/gelu_scale_max.h"
 
 namespace fusedops {
 namespace {
@@ -80,7 +80,7 @@ FoldTensors fold_avgpool_linear(const at::Tensor& weight, const at::Tensor& bias
   return {pooled_weight, pooled_bias};
 }
 
-// max_j scale * gelu(pooled_j) (epilogues/gelu_scale_max.h), with `eager` rounded where the
+// max_j scale * gelu(pooled_j) (math/gelu_scale_max.h), with `eager` rounded where the
 // reference writes each step. (The Linear output itself is never formed: the fold pools the
 // weights, so its rounding is the one eager cannot repeat.) A NaN ends the row; of equal values
 // the first is kept.

@@ -17,13 +17,13 @@
 #include "plan/settings.h"
 #include "common/numerics.h"
 #include "cpu/cpu_helpers.h"
-#include "epilogues/groupnorm_leakyrelu_sum.h"
+#include "math/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops {
 namespace {
 
 // For every row of y (batch, channels) and every group of group_size channels: mean and
-// biased variance (two passes, double), then the chain of epilogues/groupnorm_leakyrelu_sum.h
+// biased variance (two passes, double), then the chain of math/groupnorm_leakyrelu_sum.h
 // (normalize, per-channel affine, leaky ReLU, doubled). out may alias y: each element is read
 // before it is written. Store: the eager roundings, where the reference's group_norm and
 // leaky_relu write their outputs (y is then already the rounded Linear output,

@@ -111,14 +111,6 @@ __device__ __forceinline__ void store_vector(S* p, const T (&v)[V]) {
   }
 }
 
-// Exact (erf) GELU, the form nn.functional.gelu uses by default.
-__device__ __forceinline__ float gelu_erf(float v) {
-  return 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
-}
-__device__ __forceinline__ double gelu_erf(double v) {
-  return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440));
-}
-
 __device__ __forceinline__ bool is_finite(float v) { return isfinite(v); }
 __device__ __forceinline__ bool is_finite(double v) { return isfinite(v); }
 

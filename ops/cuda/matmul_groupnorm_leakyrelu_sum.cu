@@ -1,8 +1,8 @@
 // Model 62 on CUDA, a composition: checks, plan (cuda/linear.h), then either a fused route
 // (a group-statistics epilogue: bias, GroupNorm, LeakyReLU and x2 inside the GEMM, y never
 // written: epilogues/groupnorm_leakyrelu_sum_fused.h) or the planned GEMM followed by one pass
-// over y (epilogues/groupnorm_leakyrelu_sum.h). The math is epilogues/groupnorm_leakyrelu_sum.h
-// in both.
+// over y (epilogues/groupnorm_leakyrelu_sum.h). The math is math/groupnorm_leakyrelu_sum.h in
+// both.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -16,7 +16,7 @@
 
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
-#include "epilogues/scale_batchnorm.h"
+#include "math/scale_batchnorm.h"
 #include "plan/planner.h"
 
 namespace fusedops::cuda {

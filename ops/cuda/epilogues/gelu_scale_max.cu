@@ -1,4 +1,4 @@
-// Model 98's epilogue (gelu_scale_max.h here, its math in epilogues/gelu_scale_max.h): one row
+// Model 98's epilogue (gelu_scale_max.h here, its math in math/gelu_scale_max.h): one row
 // maximum (RowMax) fed by two readers.
 #include "cuda/epilogues/gelu_scale_max.h"
 
@@ -11,12 +11,12 @@
 
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
-#include "epilogues/gelu_scale_max.h"
+#include "math/gelu_scale_max.h"
 
 namespace fusedops::cuda {
 namespace {
 
-// The running maximum of a row's scaled GELUs (epilogues/gelu_scale_max.h), and whether every
+// The running maximum of a row's scaled GELUs (math/gelu_scale_max.h), and whether every
 // pooled value was finite.
 template <typename Store, typename acc>
 struct RowMax {

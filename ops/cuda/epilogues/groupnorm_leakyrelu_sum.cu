@@ -1,7 +1,7 @@
 // Model 62's epilogue pass (groupnorm_leakyrelu_sum.h). A group is a short contiguous segment
 // of one row (16 channels at the default sizes), so each segment is reduced by a power-of-two
 // group of lanes inside one warp: no shared memory, no block barriers, one read of y and one
-// write of out. The math per group is epilogues/groupnorm_leakyrelu_sum.h.
+// write of out. The math per group is math/groupnorm_leakyrelu_sum.h.
 //
 // "eager" numerics must see the reference's roundings, and PyTorch's CUDA GroupNorm rounds
 // more than the Linear output: it stores each group's mean and 1/std in the input's dtype (eps
@@ -27,7 +27,7 @@
 
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
-#include "epilogues/groupnorm_leakyrelu_sum.h"
+#include "math/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops::cuda {
 namespace {

@@ -1,6 +1,6 @@
 // Model 62's epilogue as a pass over y (the unfused routes): out = 2 * LeakyReLU(GroupNorm(y +
 // bias)), one read of y and one write of out. The fused route runs the same math inside the
-// half-precision GEMM instead (cuda/gemm/epilogue_groupnorm_sm90.cuh).
+// half-precision GEMM instead (cuda/epilogues/groupnorm_leakyrelu_sum_sm90.cuh).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -3,7 +3,7 @@
 //   the Hopper half GEMM (groupnorm_leakyrelu_sum_sm90.cu): a group reduced in registers;
 //   the skinny-half kernel at few rows (groupnorm_leakyrelu_sum_skinny.cu): a block owns whole
 //   groups in its shared-memory tile.
-// The math is epilogues/groupnorm_leakyrelu_sum.h, as in the unfused pass. ATen-free (the sm90
+// The math is math/groupnorm_leakyrelu_sum.h, as in the unfused pass. ATen-free (the sm90
 // file includes it beside CUTLASS): tensors are only named here.
 #pragma once
 

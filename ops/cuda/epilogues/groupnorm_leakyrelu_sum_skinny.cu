@@ -2,13 +2,13 @@
 // a block owns whole groups of channels (16 x kRowTiles rows of W, a multiple of the group) for
 // every row of x, so the statistics of each (row of x, group) are in its shared-memory tile:
 // bias added, one warp per (row of x, group) reduces the group (the mean, then the squared
-// deviations from it), and every channel takes the chain of epilogues/groupnorm_leakyrelu_sum.h.
+// deviations from it), and every channel takes the chain of math/groupnorm_leakyrelu_sum.h.
 #include "cuda/epilogues/groupnorm_leakyrelu_sum_fused.h"
 
 #include "common/store.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/gemm/skinny_half_launch.cuh"
-#include "epilogues/groupnorm_leakyrelu_sum.h"
+#include "math/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops::cuda {
 namespace {

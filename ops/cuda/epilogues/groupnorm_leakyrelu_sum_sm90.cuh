@@ -27,7 +27,7 @@
 
 #include "common/store.h"
 #include "cuda/gemm/register_epilogue_sm90.cuh"
-#include "epilogues/groupnorm_leakyrelu_sum.h"
+#include "math/groupnorm_leakyrelu_sum.h"
 
 namespace fusedops::cuda::gemm::sm90 {
 

@@ -2,7 +2,7 @@
 // kernel (scale_batchnorm_skinny.cu): in eval mode BatchNorm is a per-column affine map
 // (plan::Epilogue::kColumnAffine), so each element of the block's tile goes straight to out, y
 // never written: one kernel for the whole operator at few rows. The math is
-// epilogues/scale_batchnorm.h, as in the unfused pass. (Training's column moments come from
+// math/scale_batchnorm.h, as in the unfused pass. (Training's column moments come from
 // the engines themselves: gemm/gemm_half.h, gemm/gemm_3xfp16.h.)
 #pragma once
 

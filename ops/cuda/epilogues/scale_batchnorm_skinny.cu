@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "cuda/gemm/skinny_half_launch.cuh"
-#include "epilogues/scale_batchnorm.h"
+#include "math/scale_batchnorm.h"
 
 namespace fusedops::cuda {
 namespace {

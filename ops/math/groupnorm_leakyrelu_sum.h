@@ -1,7 +1,7 @@
 // Model 62's math after the GEMM, written once: for one group of one row, the mean and 1/std
 // from its sums (two passes: the mean, then the squared deviations from it), and per channel
 // the affine map, LeakyReLU and the doubling. The CPU kernel, the CUDA kernels and the CUTLASS
-// epilogue inside the half-precision GEMM (cuda/gemm/epilogue_groupnorm_sm90.cuh) all call
+// epilogue inside the half-precision GEMM (cuda/epilogues/groupnorm_leakyrelu_sum_sm90.cuh) all call
 // it; they differ only in how they read a group and reduce its sums. Store (common/numerics.h)
 // says where values are rounded to the model's dtype: the GroupNorm and LeakyReLU outputs,
 // as the reference writes them; the doubling v + v is exact.

@@ -3,7 +3,7 @@
 // eps); the normalized output (z - center) * mul + beta (subtracting before scaling avoids the
 // cancellation of z * mul + (beta - mean * mul)); and the running-statistics update. The CPU
 // kernel, the passes over y (cuda/epilogues/batchnorm.cu) and the skinny-half kernel's
-// epilogue (cuda/gemm/epilogue_batchnorm_skinny.cuh) call it.
+// epilogue (cuda/epilogues/scale_batchnorm_skinny.cu) call it.
 //
 // Two formulas have two operation orders, each kept where it was so that results stay
 // bit-identical (they differ in the last bit of a double): the multiplier, gamma divided by
