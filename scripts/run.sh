@@ -7,8 +7,8 @@
 #   scripts/run.sh [--device cpu|cuda] [--sizes spec|small]
 #   Prints which build it made first (CUDA on or off, GPU architectures) and a verdict last:
 #   each step OK or FAILED, check's n/n, where the model repository is. Exit 1 when a step failed.
-set -uo pipefail  # not -e: a failed step is reported in the verdict, and the steps after it
-                  # that need it are marked "not run"
+set -euo pipefail  # a step's failure is caught where it runs (`&& ... || ...`) and reported in
+                   # the verdict; the steps after it that need it are marked "not run"
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=""; sizes=spec
 while (($#)); do
@@ -40,11 +40,11 @@ verdict() {
   fi
   exit $failed
 }
-ok() { [[ $1 == 0 ]] && echo OK || echo FAILED; }
+# run_step NAME command...: runs it, its status OK or FAILED.
+run_step() { local name=$1; shift; "$@" && status[$name]=OK || status[$name]=FAILED; }
 
-"$FUSEDOPS_ROOT/scripts/build.sh" "$BUILD_DIR"
-status[build]=$(ok $?)
-detail[build]="$BUILD_DIR: $(grep -m1 -o 'CUDA: .*' "$BUILD_DIR.configure.log" 2>/dev/null)"
+run_step build "$FUSEDOPS_ROOT/scripts/build.sh" "$BUILD_DIR"
+detail[build]="$BUILD_DIR: $(grep -m1 -o 'CUDA: .*' "$BUILD_DIR.configure.log" 2>/dev/null || true)"
 [[ ${status[build]} == OK ]] || verdict
 fusedops_activate_python || { status[build]=FAILED; verdict; }
 export FUSEDOPS_LIBRARY="$BUILD_DIR/libfusedops.so"
@@ -54,19 +54,18 @@ export PYTHONPATH="$FUSEDOPS_ROOT/models${PYTHONPATH:+:$PYTHONPATH}"
 echo "== ModelNew against the reference models ($device) =="
 compare_args=(--device "$device")
 [[ "$sizes" == small ]] && compare_args+=(--batch 64)
-"$PYTHON" -m fusedops.compare "${compare_args[@]}"
-status[compare]=$(ok $?)
+run_step compare "$PYTHON" -m fusedops.compare "${compare_args[@]}"
 
 echo "== export to $repo =="
-"$PYTHON" "$FUSEDOPS_ROOT/scripted/export.py" --output "$repo" --sizes "$sizes" --device "$device"
-status[export]=$(ok $?)
+run_step export "$PYTHON" "$FUSEDOPS_ROOT/scripted/export.py" --output "$repo" --sizes "$sizes" \
+  --device "$device"
 [[ ${status[export]} == OK ]] || verdict
 
 echo "== fusedops_app (C++, no Python): check on $device =="
-"$app" check "$repo" --device "$device" | tee "$BUILD_DIR/run_check.log"
-status[check]=$(ok $?)
-total=$(grep -cE '^(PASS|FAIL|ERROR) ' "$BUILD_DIR/run_check.log")
-detail[check]="$(grep -c '^PASS ' "$BUILD_DIR/run_check.log")/$total models match their reference output on $device"
+run_step check bash -c 'set -o pipefail; "$0" check "$1" --device "$2" | tee "$3"' "$app" "$repo" \
+  "$device" "$BUILD_DIR/run_check.log"
+total=$(grep -cE '^(PASS|FAIL|ERROR) ' "$BUILD_DIR/run_check.log" || true)
+detail[check]="$(grep -c '^PASS ' "$BUILD_DIR/run_check.log" || true)/$total models match their reference output on $device"
 
 echo "== fusedops_app (C++, no Python): bench on $device =="
 if [[ $device == cpu ]]; then

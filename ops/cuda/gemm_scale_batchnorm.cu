@@ -63,9 +63,8 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
   const at::Tensor gamma = bn_weight.contiguous(), beta = bn_bias.contiguous();
   const bool per_column = scale.dim() == 1 && scale.size(0) == n;
   cuda::LinearNeeds needs{"gemm_scale_batchnorm"};
-  needs.epilogue = !per_column ? plan::Epilogue::kNone
-                   : training  ? plan::Epilogue::kColumnMoments
-                               : plan::Epilogue::kColumnAffine;
+  needs.epilogue = training ? plan::Epilogue::kColumnMoments : plan::Epilogue::kColumnAffine;
+  needs.epilogue_fits = per_column;
   needs.one_pass_rows = cuda::kBatchNormOnePassRows;
   needs.autocast_form = out_dtype != x.scalar_type();
   const cuda::PlannedLinear planned = cuda::plan_linear(needs, xc, wc, mode, cache_folds);

@@ -45,6 +45,7 @@ PlannedLinear plan_linear(const LinearNeeds& needs, const at::Tensor& x, const a
   plan::GemmRequest& r = p.request;
   r.op = needs.op;
   r.epilogue = needs.epilogue;
+  r.epilogue_fits = needs.epilogue_fits;
   r.one_pass_rows = needs.one_pass_rows;
   r.folded_weight = needs.folded_weight;
   r.autocast_form = needs.autocast_form;

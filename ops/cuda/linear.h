@@ -23,6 +23,7 @@ struct PlannedLinear {
 struct LinearNeeds {
   const char* op = "";
   plan::Epilogue epilogue = plan::Epilogue::kNone;
+  bool epilogue_fits = true;
   int64_t one_pass_rows = 0;
   bool folded_weight = false;
   bool autocast_form = false;  // the operator was called in its autocast form (common/checks.h)

@@ -42,8 +42,8 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   // A row reduction of the pooled GEMM's output; it reads the partials 4 columns at a time
   // with the pooled bias beside them.
   cuda::LinearNeeds needs{"matmul_avgpool_gelu_scale_max"};
-  needs.epilogue = pooled_weight.size(0) % 4 == 0 ? plan::Epilogue::kRowReduction
-                                                  : plan::Epilogue::kNone;
+  needs.epilogue = plan::Epilogue::kRowReduction;
+  needs.epilogue_fits = pooled_weight.size(0) % 4 == 0;
   needs.folded_weight = true;
   const cuda::PlannedLinear planned =
       cuda::plan_linear(needs, xc, pooled_weight, mode, cache_folds);

@@ -72,7 +72,8 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
                            : cuda::sm90_group_ok(group_size)) &&
                        pair_aligned(bc) && pair_aligned(gamma) && pair_aligned(beta);
   cuda::LinearNeeds needs{"matmul_groupnorm_leakyrelu_sum"};
-  needs.epilogue = fusable ? plan::Epilogue::kGroupStatistics : plan::Epilogue::kNone;
+  needs.epilogue = plan::Epilogue::kGroupStatistics;
+  needs.epilogue_fits = fusable;
   needs.autocast_form = out_dtype != x.scalar_type();
   const cuda::PlannedLinear planned = cuda::plan_linear(needs, xc, wc, mode, cache_folds);
   const int sm_count = planned.request.device.sm_count;

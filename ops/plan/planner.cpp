@@ -72,7 +72,7 @@ const char* why_not_3xfp16(const GemmRequest& r) {
 const char* why_not_sm90_half(const GemmRequest& r) {
   if (!r.device.sm90_kernels) return "this build has no sm_90a kernels";
   if (!hopper(r.device)) return "the device is not sm_90";
-  if (r.epilogue == Epilogue::kNone) return "the operator's epilogue cannot take these sizes";
+  if (!r.epilogue_fits) return "the operator's epilogue cannot take these sizes";
   if (r.k == 0 || r.k % 8 != 0 || !r.x_aligned || !r.w_aligned) {
     return "x and weight must be contiguous, 16-byte aligned, with in_features a positive "
            "multiple of 8";
@@ -97,7 +97,7 @@ double gemm_flop(const GemmRequest& r) {
 // own pass takes with one read of y, need whole column pairs (N a multiple of 4), and a GEMM
 // that is not split over K (a split GEMM's epilogue sees partial sums).
 bool fuses(Route route, const GemmRequest& r) {
-  if (!hosts(route, r.epilogue)) return false;
+  if (!hosts(route, r.epilogue) || !r.epilogue_fits) return false;
   if (r.epilogue != Epilogue::kColumnMoments) return true;
   if (r.m <= r.one_pass_rows || r.n % 4 != 0) return false;
   return route != Route::kFp16x1Fused ||
@@ -235,7 +235,12 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   const bool sm90_fusable = accurate && fuses(Route::kSm90HalfFused, r);
   const bool skinny_fusable = accurate && fuses(Route::kSkinnyHalfFused, r);
   const char* why_not = why_not_sm90_half(r);
-  if (sm90_fusable && s.half_gemm == HalfGemmSetting::kFused) {
+  // Forced: an epilogue the Hopper GEMM hosts runs there, or the call is an error (one that
+  // cannot take the sizes included); other epilogues keep their routes.
+  const bool forced = accurate && s.half_gemm == HalfGemmSetting::kFused &&
+                      hosts(Route::kSm90HalfFused, r.epilogue) &&
+                      (sm90_fusable || !r.epilogue_fits);
+  if (forced) {
     TORCH_CHECK(why_not == nullptr, "fusedops ", r.op,
                 ": FUSEDOPS_HALF_GEMM=fused cannot run here: ", why_not, " (got m=", r.m,
                 ", n=", r.n, ", k=", r.k, ")");
@@ -275,7 +280,7 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
     return {Route::kCublasHalf, Route::kNone, "too few output tiles to fill the GPU fused"};
   }
   return {Route::kSm90HalfFused, Route::kNone,
-          moments ? "the column moments in the Hopper half GEMM's epilogue"
+          moments ? "training: the column moments in the Hopper half GEMM's epilogue"
                   : "epilogue fused into the Hopper half GEMM"};
 }
 
@@ -332,7 +337,7 @@ Plan plan_gemm(const GemmRequest& r) {
     return {Route::kAtenLinear, Route::kNone, "eager: y as the reference's GEMM rounds it"};
   }
   if (r.epilogue == Epilogue::kRowSum) {
-    return {Route::kFoldedMatvec, Route::kNone, "only y's row sums: x . colsum(W)"};
+    return {Route::kFoldedMatvec, Route::kNone, "sum of a Linear = x . colsum(W)"};
   }
   switch (r.dtype) {
     case DType::kFloat64:

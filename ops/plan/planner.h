@@ -20,7 +20,7 @@
 namespace fusedops::plan {
 
 // What an operator's epilogue needs from the GEMM's output, as an engine can host it. An
-// operator names its own (kNone where it cannot take the call's sizes inside a GEMM).
+// operator names its own (GemmRequest::epilogue), and whether it can take the call's sizes.
 enum class Epilogue : uint8_t {
   kNone,             // a pass over y after the GEMM
   kRowSum,           // only y's row sums: y = x W^T folds to x . colsum(W), a matvec
@@ -54,8 +54,10 @@ struct GemmRequest {
   int64_t m = 0, n = 0, k = 0;
   // x and the weight as the GEMM reads them (contiguous) start on 16-byte boundaries.
   bool x_aligned = true, w_aligned = true;
-  // What the operator's epilogue needs, where it can take these sizes inside a GEMM.
+  // What the operator's epilogue needs, and whether it can take these sizes inside a GEMM (a
+  // group it can reduce, aligned parameters, ...).
   Epilogue epilogue = Epilogue::kNone;
+  bool epilogue_fits = true;
   // The most rows the operator's own pass after an unfused GEMM takes with one read of y:
   // column moments from the GEMM's epilogue pay only above it.
   int64_t one_pass_rows = 0;

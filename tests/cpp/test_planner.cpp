@@ -240,7 +240,7 @@ GemmRequest request_of(const Row& row) {
       break;
     case Op::k18: r.epilogue = Epilogue::kRowSum; break;
   }
-  if (!row.fusable && row.op != Op::k18) r.epilogue = Epilogue::kNone;
+  r.epilogue_fits = row.fusable || row.op == Op::k18;
   r.dtype = row.dtype;
   r.numerics = row.numerics;
   r.precision = row.precision;
@@ -511,7 +511,8 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                                                              device.sm_count).split());
                   }
                   if (plan::fused_route(r)) {
-                    EXPECT_TRUE(plan::hosts(r, request_of(row).epilogue));
+                    EXPECT_TRUE(plan::hosts(r, request_of(row).epilogue) &&
+                                request_of(row).epilogue_fits);
                   }
                   if (engine) {
                     EXPECT_TRUE(device.major == 9 && device.sm90_kernels && size[1] % 4 == 0);

@@ -91,11 +91,13 @@ def main():
                                         "98 3xfp16 77x366x1001")
         # TF32 allowed, model 39 in training above 1024 rows: the one-product GEMM with the
         # column moments in its epilogue (a partial last tile of 76 rows, a partial 256-wide
-        # tile, a guarded row), and a width so narrow that K is split (moments taken from y).
+        # tile, a guarded row), and a width so narrow that K is split (its own route: the moments
+        # taken from y).
         saved = torch.backends.cuda.matmul.fp32_precision
         torch.backends.cuda.matmul.fp32_precision = "tf32"
         try:
-            for m, n, k in ((1100, 1800, 300), (1100, 260, 4100)):
+            for m, n, k, route in ((1100, 1800, 300, "1xfp16-fused"),
+                                   (1100, 260, 4100, "1xfp16-splitk")):
                 prob = PROBLEMS["39"]
                 ref = prob.model(k, n, (n,)).cuda().double()
                 new = prob.model_new(k, n, (n,)).cuda()
@@ -107,7 +109,7 @@ def main():
                     (line,) = fusedops.explain(copy.deepcopy(new), x)
                     out_ref, out_new = ref(x.double()), new(x)
                 torch.cuda.synchronize()
-                ok = ": 1xfp16-fused (" in line and torch.allclose(
+                ok = f": {route} (" in line and torch.allclose(
                     out_new.double(), out_ref, atol=2e-2, rtol=2e-2) and torch.allclose(
                     new.bn.running_var.double(), ref.bn.running_var, atol=2e-2, rtol=2e-2)
                 print(f"39 training tf32 {m}x{n}x{k}: {'ok' if ok else 'MISMATCH ' + line}")
