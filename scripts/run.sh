@@ -7,8 +7,9 @@
 #   scripts/run.sh [--device cpu|cuda] [--sizes spec|small]
 #   Prints which build it made first (CUDA on or off, GPU architectures) and a verdict last:
 #   each step OK or FAILED, check's n/n, where the model repository is. Exit 1 when a step failed.
-set -euo pipefail  # a step's failure is caught where it runs (`&& ... || ...`) and reported in
-                   # the verdict; the steps after it that need it are marked "not run"
+# A step's failure is caught where it runs (run_step) and reported in the verdict; the steps
+# after it that need it are marked "not run".
+set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=""; sizes=spec
 while (($#)); do
