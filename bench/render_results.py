@@ -69,7 +69,7 @@ def bench_ms(results, problem, dtype):
     """bench.py's no_grad median at batch 1024 (model 39 at KernelBench's 16384 rows)."""
     batch = 16384 if problem == "39" else 1024
     for r in results["bench"]["rows"]:
-        if r["model"] == problem and r["batch"] == batch and r["dtype"] == f"torch.{dtype}":
+        if r["model"] == problem and r["batch"] == batch and r["dtype"] == dtype:
             return r.get("modelnew_ms")
     return None
 

@@ -37,10 +37,11 @@ def kb(problem, precision, cached, runtime, ref, numerics="eager", correct=True)
 # FIXTURE: synthetic values, not measurements.
 FIXTURE_BENCH = {"device": "cuda", "gpu": "Fixture GPU", "torch": "2.11.0+fixture",
                  "fusedops": "0.0.0", "command": "bench/bench.py --fixture",
-                 "rows": [{"model": "18", "batch": 1024, "dtype": "torch.float32", "modelnew_ms": 0.0234},
-                          {"model": "39", "batch": 1024, "dtype": "torch.float32", "modelnew_ms": 9.0},
-                          {"model": "39", "batch": 16384, "dtype": "torch.float32", "modelnew_ms": 2.5},
-                          {"model": "18", "batch": 1024, "dtype": "torch.float16", "modelnew_ms": 0.03}]}
+                 "rows": [  # as bench.py writes them
+                          {"model": "18", "batch": 1024, "dtype": "float32", "modelnew_ms": 0.0234},
+                          {"model": "39", "batch": 1024, "dtype": "float32", "modelnew_ms": 9.0},
+                          {"model": "39", "batch": 16384, "dtype": "float32", "modelnew_ms": 2.5},
+                          {"model": "18", "batch": 1024, "dtype": "float16", "modelnew_ms": 0.03}]}
 FIXTURE_KB = [kb("18", "fp32", True, 0.02, 2.5, numerics="accurate"),
               kb("18", "fp32", False, 0.1, 2.5, numerics="accurate"),
               kb("18", "fp16", True, 0.2, 0.25, numerics="accurate"),  # "eager" preferred below
