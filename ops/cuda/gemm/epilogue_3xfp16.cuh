@@ -1,7 +1,7 @@
 // The 3xFP16 engine's epilogue pieces in device code: the per-call guard's layout, the
 // combination of split-K partials into y, and the exact recomputation of guarded rows. Shared by
 // the engine's own kernels (gemm_3xfp16.cu) and by operators that fuse their epilogue with the
-// combination (a row-reduction epilogue: ops/cuda/epilogues/gelu_scale_max.cu).
+// combination (a row-reduction epilogue, plan::Epilogue::kRowReduction).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -11,14 +11,14 @@
 // S2 = M2 + n (mean - c)^2 <= (n + 1) M2, so the subtraction costs at most log2(129) = 7 of
 // float's 24 bits, however large the mean is against the spread.
 //
-// The reduction follows wgmma's accumulator layout (CuTe's SM90 CLayout_64xN, as in
-// ops/cuda/epilogues/groupnorm_leakyrelu_sum_sm90.cuh): a thread holds, for each 8-column block v2, columns
+// The reduction follows wgmma's accumulator layout (CuTe's SM90 CLayout_64xN, as every register
+// epilogue does): a thread holds, for each 8-column block v2, columns
 // 8 v2 + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 of its warp's 16; the 8 lanes
 // with the same lane % 4 share those columns. So: the thread's 2 rows, then a reduce-scatter
 // over those 8 lanes (three xor-shuffle steps, each halving the columns a lane keeps: 56
 // shuffles for 64 columns, against 192 for three full butterflies), then the 8 warps' sums
 // through shared memory. Fixed order everywhere: the moments are deterministic. Rows past M
-// are left out; a tile's count is its rows in M. Included only by sm90_*.cu files.
+// are left out; a tile's count is its rows in M. Included only by the SM90 .cu files (FUSEDOPS_SM90A).
 #pragma once
 
 #include "cute/tensor.hpp"

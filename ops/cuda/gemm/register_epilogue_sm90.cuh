@@ -1,8 +1,8 @@
 // What CUTLASS's SM90 kernels ask of an epilogue (through Sm90TmaWarpSpecializedAdapter) that
 // works on the accumulators in registers and stores its own output: no source operand, no TMA
-// store, no workspace, its arguments its parameters. The operator epilogues
-// (epilogue_groupnorm_sm90.cuh, epilogue_moments_sm90.cuh) derive from it and add their
-// arguments' checks, their shared memory and operator(). Included only by sm90_*.cu files.
+// store, no workspace, its arguments its parameters. The register epilogues (the column
+// moments here, the fused ones in ops/cuda/epilogues/*_sm90.cuh) derive from it and add their
+// arguments' checks, their shared memory and operator(). Included only by the SM90 .cu files (FUSEDOPS_SM90A).
 #pragma once
 
 #include "cute/tensor.hpp"

@@ -1,6 +1,6 @@
 // The CUTLASS SM90 types behind our tensor-core GEMMs: the 3xFP16 engine's kernels
 // (sm90_kernels.h) and the native float16/bfloat16 ones (gemm_half.h), and the launch
-// helper they share. Included only by the sm90_*.cu files, and only with FUSEDOPS_SM90A
+// helper they share. Included only by the SM90 .cu files, and only with FUSEDOPS_SM90A
 // (no ATen here: CUTLASS's and ATen's half types and macros stay apart).
 //
 // Promoted GEMMs: tile 128 x 128 x 64, cooperative (two consumer warp groups of 64 x 128 each):
