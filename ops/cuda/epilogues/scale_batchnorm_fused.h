@@ -6,14 +6,11 @@
 // the engines themselves: gemm/gemm_half.h, gemm/gemm_3xfp16.h.)
 #pragma once
 
-namespace at {
-class Tensor;
-}
+#include <ATen/core/Tensor.h>
+
+#include "cuda/gemm/skinny_half.h"
 
 namespace fusedops::cuda {
-namespace gemm {
-struct SkinnyOperands;
-}
 
 // scale (N,) with any stride; bias, gamma, beta, running_mean, running_var (N) contiguous and
 // out (M, N), all in x's dtype or all float32 (the autocast form, and float32 itself).
