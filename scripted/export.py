@@ -48,11 +48,14 @@ the dispatcher too): fusedops_app links libfusedops; Triton needs LD_PRELOAD=lib
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import logging
 import stat
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -317,6 +320,45 @@ def tracing_input(x: torch.Tensor) -> torch.Tensor:
     return x if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous()
 
 
+class _DropLogMessage(logging.Filter):
+    """A logging filter that drops the records whose message starts with one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def aoti_noise_silenced():
+    """Silences, around the AOTInductor compile only, two messages PyTorch 2.11 prints from its
+    own internals that tell the user nothing and that no other call of ours avoids (issue 41):
+
+    - FutureWarning "`isinstance(treespec, LeafSpec)` is deprecated": Inductor's debug wrapper
+      (torch/_dynamo/repro/after_aot.py) deep-copies the FX graph, and copying the graph's
+      pytree LeafSpec re-runs its deprecated constructor (the warning is attributed to copyreg).
+      torch builds that LeafSpec itself under the same filter (torch/utils/_pytree.py); our
+      code never names LeafSpec.
+    - "No CUDA runtime is found, using CUDA_HOME=...": logged by torch.utils.cpp_extension when
+      Inductor's C++ builder first imports it on a machine with a CUDA toolkit and no GPU. The
+      export of a CPU model compiles host C++ only; the toolkit plays no part in it.
+
+    Both filters are removed on exit; any other warning or log record passes."""
+    cpp_extension_logger = logging.getLogger("torch.utils.cpp_extension")
+    no_cuda_runtime = _DropLogMessage("No CUDA runtime is found")
+    cpp_extension_logger.addFilter(no_cuda_runtime)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                category=FutureWarning, module="copyreg")
+            yield
+    finally:
+        cpp_extension_logger.removeFilter(no_cuda_runtime)
+
+
 def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dict,
                       path: Path) -> None:
     """torch.export with a dynamic batch dimension, then AOTInductor compiles the graph into a
@@ -325,12 +367,14 @@ def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dic
     exported = torch.export.export(model_new, (tracing_input(x),),
                                    dynamic_shapes={"x": {0: batch}})
 
-    torch._inductor.aoti_compile_and_package(
-        exported, package_path=str(path),
-        # Carried inside the package: C++ reads it from the archive's wrapper_metadata.json
-        # (fusedops_app), Python with torch._inductor.aoti_load_package(path).get_metadata().
-        inductor_configs={"aot_inductor.metadata": {
-            EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
+    with aoti_noise_silenced():
+        torch._inductor.aoti_compile_and_package(
+            exported, package_path=str(path),
+            # Carried inside the package: C++ reads it from the archive's
+            # wrapper_metadata.json (fusedops_app), Python with
+            # torch._inductor.aoti_load_package(path).get_metadata().
+            inductor_configs={"aot_inductor.metadata": {
+                EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
     # Load it back (this dlopens the compiled library): a package that cannot load must fail
     # here, not in the C++ host.
     torch._inductor.aoti_load_package(str(path))
