@@ -336,7 +336,7 @@ Plan plan_gemm(const GemmRequest& r) {
   if (rounds_intermediates(r.numerics, is_half(r.dtype)) && !r.folded_weight) {
     return {Route::kAtenLinear, Route::kNone, "eager: y as the reference's GEMM rounds it"};
   }
-  if (r.epilogue == Epilogue::kRowSum) {
+  if (fuses(Route::kFoldedMatvec, r)) {
     return {Route::kFoldedMatvec, Route::kNone, "sum of a Linear = x . colsum(W)"};
   }
   switch (r.dtype) {
