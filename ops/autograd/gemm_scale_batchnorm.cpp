@@ -32,6 +32,15 @@ using autograd::BackwardByRecompute;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// After a training step, in both paths: the in-place update of the statistics is a new version,
+// as an in-place ATen op makes it (inference tensors have no version counter).
+void bump_versions(const at::Tensor& running_mean, const at::Tensor& running_var,
+                   const at::Tensor& num_batches_tracked) {
+  for (const at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked}) {
+    if (!t->is_inference()) torch::autograd::impl::bump_version(*t);
+  }
+}
+
 class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBatchnormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -62,11 +71,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
                                            mean_to_update, var_to_update, count_to_update,
                                            training, momentum, eps, cache_folds, numerics);
     }
-    if (training) {
-      torch::autograd::impl::bump_version(running_mean);
-      torch::autograd::impl::bump_version(running_var);
-      torch::autograd::impl::bump_version(num_batches_tracked);
-    }
+    if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     return out;
   }
 
@@ -76,12 +81,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     const double eps = ctx->saved_data["eps"].toDouble();
 
     BackwardByRecompute recompute(ctx);
-    const at::Tensor x = recompute.input(saved[0], 0);
-    const at::Tensor weight = recompute.input(saved[1], 1);
-    const at::Tensor bias = recompute.input(saved[2], 2);
-    const at::Tensor scale = recompute.input(saved[3], 3);
-    const at::Tensor bn_weight = recompute.input(saved[4], 4);
-    const at::Tensor bn_bias = recompute.input(saved[5], 5);
+    const auto [x, weight, bias, scale, bn_weight, bn_bias] = recompute.inputs<6>(saved);
     // The running statistics are constants of the eval-mode chain (never differentiated).
     const at::Tensor running_mean = training ? at::Tensor() : saved[6].detach();
     const at::Tensor running_var = training ? at::Tensor() : saved[7].detach();
@@ -118,17 +118,10 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                            running_mean, running_var, num_batches_tracked,
                                            training, momentum, eps, cache_folds, numerics);
     }
-    if (training) {
-      // As in the recorded path: the in-place update of the statistics is a new version
-      // (inference tensors have no version counter).
-      for (const at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked}) {
-        if (!t->is_inference()) torch::autograd::impl::bump_version(*t);
-      }
-    }
+    if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     return out;
   }
-  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
-  // undefined tensor has no device) before the kernel's own message.
+  // Checked here first (see RecordedCall).
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training, eps);
   // And before the kernel updates the running statistics: what autograd saves (forward above)
