@@ -33,8 +33,7 @@ namespace fusedops::autograd {
 
 // Whether a call must be recorded for autograd: grad mode on and some tensor argument requires
 // grad. When not (inference, torch.no_grad, frozen weights), the Autograd kernels call the
-// backend kernel directly: building and discarding an autograd::Function costs several
-// microseconds of host time, as much as model 18's whole kernel.
+// backend kernel directly: building and discarding an autograd::Function costs host time.
 inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at::Tensor>> args) {
   if (!at::GradMode::is_enabled()) return false;
   for (const at::Tensor& t : args) {
@@ -44,11 +43,9 @@ inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at
 }
 
 // A call that autograd records. It resolves the fold cache's rule (common/fold_cache.h, "When
-// folds are cached") for the kernel below: the caller's cache_folds where given (ModelNew passes
-// true; false never caches), else (a raw op's default) no cache when a parameter (any tensor
-// argument but x) requires grad, for gradcheck perturbs weights through `.data` where no version
-// counter sees it. And for its lifetime it tells the planner whether the call trains its
-// weights (TrainingCall). Every Autograd kernel makes one around Function::apply, after checking
+// folds are cached") for the kernel below: the caller's cache_folds where given, else no cache
+// when a parameter (any tensor argument but x) requires grad. And for its lifetime it tells the
+// planner whether the call trains its weights (TrainingCall). Every Autograd kernel makes one around Function::apply, after checking
 // the arguments itself: autograd's bookkeeping would otherwise trip over a bad argument (an
 // undefined tensor has no device) before the kernel's own message.
 class RecordedCall {

@@ -2,8 +2,7 @@
 //
 // Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), and in
 // eval mode also running_mean and running_var: backward recomputes the reference chain
-// linear -> * scale -> batch_norm and differentiates it, so no (batch, out_features)
-// activation is kept between forward and backward.
+// linear -> * scale -> batch_norm (autograd/backward_by_recompute.h).
 //  - Training mode: batch_norm recomputes the batch statistics and backpropagates through them
 //    exactly as BatchNorm1d does. It is given no running statistics, so the backward never
 //    touches the real ones (the forward already updated them once). They are not saved either:
@@ -59,8 +58,8 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
 
-    // The fused kernel, reached through the dispatcher below this Autograd kernel. The handles
-    // are copied only because the API takes the mutated tensors by non-const reference.
+    // The handles are copied only because the API takes the mutated tensors by non-const
+    // reference.
     at::Tensor mean_to_update = running_mean;
     at::Tensor var_to_update = running_var;
     at::Tensor count_to_update = num_batches_tracked;

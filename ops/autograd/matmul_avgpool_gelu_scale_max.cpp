@@ -2,10 +2,9 @@
 //
 // matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the two non-tensor arguments):
 // backward recomputes the reference chain linear -> avg_pool1d -> gelu -> * scale_factor ->
-// max(dim=1) and differentiates it, so no (batch, out_features) activation is kept between
-// forward and backward. The max's gradient goes to the argmax of that recomputed chain (the
-// first index on a tie), exactly as torch.max in the reference routes it; the last
-// out_features % k features, which the pooling drops, get zero gradient.
+// max(dim=1) (autograd/backward_by_recompute.h). The max's gradient goes to the argmax of that
+// recomputed chain (the first index on a tie), exactly as torch.max in the reference routes
+// it; the last out_features % k features, which the pooling drops, get zero gradient.
 //
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
@@ -36,7 +35,6 @@ class MatmulAvgpoolGeluScaleMaxFunction
     autograd::keep_linear_inputs(ctx, x, weight, bias);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
-    // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
                                                    scale_factor, cache_folds, numerics);

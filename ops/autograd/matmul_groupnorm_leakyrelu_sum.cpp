@@ -1,9 +1,9 @@
 // Autograd for model 62 (Matmul_GroupNorm_LeakyReLU_Sum).
 //
 // Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope):
-// backward recomputes the reference chain linear -> group_norm -> leaky_relu -> v + v and
-// differentiates it, so no (batch, hidden) activation is kept between forward and backward,
-// and the group statistics' terms of the gradient are GroupNorm's own.
+// backward recomputes the reference chain linear -> group_norm -> leaky_relu -> v + v
+// (autograd/backward_by_recompute.h): the group statistics' terms of the gradient are
+// GroupNorm's own.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -33,7 +33,6 @@ class MatmulGroupnormLeakyreluSumFunction
     ctx->saved_data["num_groups"] = num_groups;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["negative_slope"] = negative_slope;
-    // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
                                                     gn_bias, eps, negative_slope, cache_folds,

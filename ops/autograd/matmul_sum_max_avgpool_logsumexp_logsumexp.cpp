@@ -1,11 +1,10 @@
 // Autograd for model 18 (Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp) and its fold helper.
 //
 // matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight and bias: backward recomputes the
-// reference chain linear -> sum(dim=1) -> max -> mean -> logsumexp -> logsumexp and
-// differentiates it, so no (batch, out_features) activation is kept between forward and
-// backward. The tail acts on a size-1 dim and its gradient is the identity for a finite sum;
-// it is recomputed anyway (on (batch, 1) tensors: free) so that a row whose sum is +-inf or
-// NaN gets the reference's NaN gradient from logsumexp, not a silently finite one.
+// reference chain linear -> sum(dim=1) -> max -> mean -> logsumexp -> logsumexp
+// (autograd/backward_by_recompute.h). The tail acts on a size-1 dim and its gradient is the
+// identity for a finite sum; it is recomputed anyway (on (batch, 1) tensors: free) so that a
+// row whose sum is +-inf or NaN gets the reference's NaN gradient from logsumexp.
 //
 // sum_fold_linear saves weight and bias: it is linear in them (column sums, bias sum).
 #include <ATen/ATen.h>
@@ -32,7 +31,6 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
                             const at::Tensor& bias, bool cache_folds,
                             c10::string_view numerics) {
     autograd::keep_linear_inputs(ctx, x, weight, bias);
-    // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
                                                                  numerics);

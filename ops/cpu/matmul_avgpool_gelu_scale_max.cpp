@@ -143,7 +143,6 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
   plan::check_cpu_call("matmul_avgpool_gelu_scale_max", x.scalar_type());
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
-  // Folding reads all of W (out x in); cached, a steady-state call skips it.
   const FoldTensors fold =
       fold_weights(kAvgPoolLinearFold, pool_kernel_size, {weight, bias}, cache_folds,
                    [&] { return fold_avgpool_linear(weight, bias, pool_kernel_size, acc_dtype); });

@@ -137,7 +137,6 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
   if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {
     return eager_linear_sum(x, weight, bias);
   }
-  // Folding reads all of W (out x in), the matvec only x: cached, a steady-state call skips it.
   // The fold stays in double so that float32 results carry no fold rounding.
   const FoldTensors fold =
       fold_weights(kSumLinearFold, 0, {weight, bias}, cache_folds,
