@@ -160,10 +160,9 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
       // twice TF32's rate; its guard and weight check send what fp16 cannot carry to exact
       // paths, a refused weight to TF32 (tests/python/test_tf32.py: its error against float64
       // is no larger than PyTorch's TF32's). Elsewhere, or small: the very GEMM PyTorch's own
-      // matmul runs (cuBLASLt with its heuristics).
-      // A folded weight (GemmRequest::folded_weight) measured up to 1.11x PyTorch's TF32 error
-      // under TF32 (tests/python/test_tf32.py): where the one-product route does not run it
-      // stays float32-exact, and a weight that route refuses runs SGEMM.
+      // matmul runs (cuBLASLt with its heuristics). A folded weight (GemmRequest::folded_weight)
+      // stays float32-exact where the one-product route does not run, and a weight that route
+      // refuses runs SGEMM.
       if (large_for_fp16_engine(r) && why_not_3xfp16(r) == nullptr) {
         p = {Route::kFp16x1, r.folded_weight ? Route::kSgemm : Route::kTf32,
              "TF32 allowed (\"high\"): one fp16 product on Hopper, TF32's rounding"};
