@@ -33,12 +33,11 @@ constexpr float kCrossWeight = 1.0f / 2048.0f;
 // (W has one scale): its values would sit in fp16's subnormal range and lose bits, so such a W
 // takes the exact path altogether. (x has a scale per row: no such rule.)
 constexpr int kRowRangeBits = 26;
-// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly. Why: the
-// split carries about 23 bits of each value (fp32 has 24), which is as good as float32 for
-// ordinary rows, but a row of a few huge values that cancel (measured: values 2^-40 .. 2^40,
-// the result 1000x below its terms) then misses the 1e-4 contract, where PyTorch's float32 does
-// not. torch.rand rows span at most 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30
-// about once in 40 tensors of 1024 rows.
+// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly: the split
+// carries about 23 bits of each value (fp32 has 24), as good as float32 for ordinary rows, but
+// a row of a few huge values that cancel (values 2^-40 .. 2^40, the result far below its terms)
+// then misses the 1e-4 contract, where PyTorch's float32 does not. torch.rand rows span at most
+// 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30 about once in 40 tensors of 1024 rows.
 constexpr int kRowSpreadBits = 30;
 // K is padded to a whole number of 64-wide K steps (zeros, padded_k in heuristics.h): TMA
 // needs 16-byte row strides, the main-term view starts kp values into each row of the weight's
@@ -423,8 +422,7 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
                        reinterpret_cast<const float*>(g + layout.alpha()), stream);
     } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
-      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
-      // writing).
+      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source first).
       const at::Half* xp = ops.x_split.data_ptr<at::Half>();
       const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
       const int mi = static_cast<int>(m), ni = static_cast<int>(n);
