@@ -33,12 +33,11 @@ constexpr float kCrossWeight = 1.0f / 2048.0f;
 // (W has one scale): its values would sit in fp16's subnormal range and lose bits, so such a W
 // takes the exact path altogether. (x has a scale per row: no such rule.)
 constexpr int kRowRangeBits = 26;
-// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly. Why: the
-// split carries about 23 bits of each value (fp32 has 24), which is as good as float32 for
-// ordinary rows, but a row of a few huge values that cancel (measured: values 2^-40 .. 2^40,
-// the result 1000x below its terms) then misses the 1e-4 contract, where PyTorch's float32 does
-// not. torch.rand rows span at most 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30
-// about once in 40 tensors of 1024 rows.
+// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly: the split
+// carries about 23 bits of each value (fp32 has 24), as good as float32 for ordinary rows, but
+// a row of a few huge values that cancel (values 2^-40 .. 2^40, the result far below its terms)
+// then misses the 1e-4 contract, where PyTorch's float32 does not. torch.rand rows span at most
+// 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30 about once in 40 tensors of 1024 rows.
 constexpr int kRowSpreadBits = 30;
 // K is padded to a whole number of 64-wide K steps (zeros, padded_k in heuristics.h): TMA
 // needs 16-byte row strides, the main-term view starts kp values into each row of the weight's
@@ -96,10 +95,12 @@ __host__ __device__ constexpr int64_t split_width(Split split, int64_t kp) {
   return split == Split::kHiOnly ? kp : 2 * kp;
 }
 
-// Writes four columns at col of a split row.
+// Splits four values and writes them at col of a split row.
 template <Split kSplit>
-__device__ __forceinline__ void store_split(__half* d, int64_t col, int64_t kp, const Half4& hi,
-                                            const Half4& lo) {
+__device__ __forceinline__ void store_split(__half* d, int64_t col, int64_t kp, float4 q,
+                                            int shift) {
+  Half4 hi, lo;
+  split4(q, shift, hi, lo);
   if constexpr (kSplit == Split::kHiOnly) {
     *reinterpret_cast<Half4*>(d + col) = hi;
   } else {
@@ -114,9 +115,8 @@ template <Split kSplit>
 __device__ __forceinline__ void split_row(const float* s, __half* d, int64_t k, int64_t kp,
                                           int shift, bool zero, bool vector) {
   for (int64_t col = 4 * static_cast<int64_t>(threadIdx.x); col < kp; col += 4 * kThreads) {
-    Half4 hi, lo;
-    split4(zero ? make_float4(0.f, 0.f, 0.f, 0.f) : load4(s, col, k, vector), shift, hi, lo);
-    store_split<kSplit>(d, col, kp, hi, lo);
+    store_split<kSplit>(d, col, kp,
+                        zero ? make_float4(0.f, 0.f, 0.f, 0.f) : load4(s, col, k, vector), shift);
   }
 }
 
@@ -206,9 +206,8 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
       for (int i = 0; i < kCachedVectors; ++i) {
         const int64_t col = 4 * (threadIdx.x + static_cast<int64_t>(i) * kThreads);
         if (col < kp) {  // columns k .. kp are zeros in the cache
-          Half4 hi, lo;
-          split4(zero_row ? make_float4(0.f, 0.f, 0.f, 0.f) : cache[i], row_shift, hi, lo);
-          store_split<kSplit>(d, col, kp, hi, lo);
+          store_split<kSplit>(d, col, kp, zero_row ? make_float4(0.f, 0.f, 0.f, 0.f) : cache[i],
+                              row_shift);
         }
       }
     } else {
@@ -400,6 +399,9 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const GuardLayout layout{m};
   const int* g = ops.guard.data_ptr<int>();
+  const float* alpha = reinterpret_cast<const float*>(g + layout.alpha());
+  const at::Half* xp = ops.x_split.data_ptr<at::Half>();
+  const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
   float* out = y.data_ptr<float>();
   const bool one = products == Products::kOne;
   const Fp16Slices slices = fp16_engine_slices(m, n, k, one, /*partials=*/false, sm_count);
@@ -408,30 +410,21 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
                         "fusedops: the column-moments epilogue needs the one-product GEMM unsplit "
                         "(the planner's rule), got m=", m, ", n=", n, ", k=", k);
   with_sizes(m, n, k, [&] {
-    const Fp16GemmShape whole{static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1,
-                              ops.lda, 2 * kp, 0, 0, sm_count};
+    const int mi = static_cast<int>(m), ni = static_cast<int>(n);
+    const Fp16GemmShape whole{mi, ni, static_cast<int>(kp), 1, ops.lda, 2 * kp, 0, 0, sm_count};
     if (moments != nullptr) {
-      scaled_moments_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
-                               ops.w_pair.data_ptr<at::Half>() + kp, out,
-                               reinterpret_cast<const float*>(g + layout.alpha()),
-                               moments->mean.data_ptr<float>(), moments->m2.data_ptr<float>(),
-                               stream);
+      scaled_moments_gemm_sm90(whole, xp, wp + kp, out, alpha, moments->mean.data_ptr<float>(),
+                               moments->m2.data_ptr<float>(), stream);
       moments->written = true;
     } else if (one && main_slices == 1) {
-      scaled_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
-                       ops.w_pair.data_ptr<at::Half>() + kp, out,
-                       reinterpret_cast<const float*>(g + layout.alpha()), stream);
+      scaled_gemm_sm90(whole, xp, wp + kp, out, alpha, stream);
     } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
-      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
-      // writing).
-      const at::Half* xp = ops.x_split.data_ptr<at::Half>();
-      const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
-      const int mi = static_cast<int>(m), ni = static_cast<int>(n);
+      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source first).
       cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
                       wp, out, stream);
       promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
-                         wp + kp, out, out, reinterpret_cast<const float*>(g + layout.alpha()),
+                         wp + kp, out, out, alpha,
                          reinterpret_cast<const float*>(g + layout.beta()), stream);
     } else {
       Partials3xFp16 partials;
