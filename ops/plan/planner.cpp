@@ -293,34 +293,23 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
                   : "epilogue fused into the Hopper half GEMM"};
 }
 
-// The 3xFP16 engine's routes, a family per form: the whole GEMM, split over K, fused. The
-// two-product form serves a folded weight's row reduction alone (plan_float32).
-struct Fp16Family {
-  Route whole, split, fused;
-  cuda::gemm::Products products;
-};
-constexpr Fp16Family kFp16Families[] = {
-    {Route::kFp16x3, Route::kFp16x3SplitK, Route::kFp16x3Fused, cuda::gemm::Products::kThree},
-    {Route::kNone, Route::kNone, Route::kFp16x2Fused, cuda::gemm::Products::kTwo},
-    {Route::kFp16x1, Route::kFp16x1SplitK, Route::kFp16x1Fused, cuda::gemm::Products::kOne},
-};
-
 // The 3xFP16 engine's routes as the call's sizes and epilogue make them: fused where the
 // epilogue runs inside, split over K where the output tiles are too few to fill the GPU.
 void name_fp16_engine_route(const GemmRequest& r, Plan& p) {
-  for (const Fp16Family& f : kFp16Families) {
-    if (p.route != f.whole || f.whole == Route::kNone) continue;
-    if (r.k > 0 && fuses(f.fused, r)) {
-      p.route = f.fused;
-      if (r.epilogue == Epilogue::kColumnMoments) {
-        p.why = "TF32 allowed (\"high\"): one fp16 product on Hopper, the column moments in "
-                "its epilogue";
-      }
-    } else if (cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, f.products, /*partials=*/false,
-                                              r.device.sm_count).split()) {
-      p.route = f.split;
+  const bool one = p.route == Route::kFp16x1;
+  if (!one && p.route != Route::kFp16x3) return;
+  const Route fused = one ? Route::kFp16x1Fused : Route::kFp16x3Fused;
+  if (r.k > 0 && fuses(fused, r)) {
+    p.route = fused;
+    if (r.epilogue == Epilogue::kColumnMoments) {
+      p.why = "TF32 allowed (\"high\"): one fp16 product on Hopper, the column moments in its "
+              "epilogue";
     }
     return;
+  }
+  if (cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, *fp16_products(p.route), /*partials=*/false,
+                                     r.device.sm_count).split()) {
+    p.route = one ? Route::kFp16x1SplitK : Route::kFp16x3SplitK;
   }
 }
 
@@ -350,11 +339,16 @@ bool fused_route(Route route) {
 }
 
 std::optional<cuda::gemm::Products> fp16_products(Route route) {
-  if (route == Route::kNone) return std::nullopt;
-  for (const Fp16Family& f : kFp16Families) {
-    if (route == f.whole || route == f.split || route == f.fused) return f.products;
+  switch (route) {
+    case Route::kFp16x3:
+    case Route::kFp16x3SplitK:
+    case Route::kFp16x3Fused: return cuda::gemm::Products::kThree;
+    case Route::kFp16x2Fused: return cuda::gemm::Products::kTwo;
+    case Route::kFp16x1:
+    case Route::kFp16x1SplitK:
+    case Route::kFp16x1Fused: return cuda::gemm::Products::kOne;
+    default: return std::nullopt;
   }
-  return std::nullopt;
 }
 
 Plan plan_gemm(const GemmRequest& r) {
