@@ -86,8 +86,8 @@ __device__ __forceinline__ void split4(float4 q, int shift, Half4& hi, Half4& lo
 
 // What a split row holds: the pair, kp halves apart, [hi | lo] (x) or [lo | hi] (W; the cross
 // GEMM pairs x_hi with W_lo and x_lo with W_hi over 2K, the main term reads the hi halves); or
-// x's hi part alone (kp halves), all the one-product form reads: a third less traffic than the
-// pair (read 4 bytes a value, write 2 instead of 4).
+// x's hi part alone (kp halves), all the one- and two-product forms read: a third less traffic
+// than the pair (read 4 bytes a value, write 2 instead of 4).
 enum class Split { kPairHiFirst, kPairLoFirst, kHiOnly };
 
 // The row length, in halves, of a split row.
@@ -151,7 +151,7 @@ constexpr int64_t kCachedK = 4 * kThreads * kCachedVectors;
 // The activation's split with its range guard, one pass over x, block per row: the row's range
 // gives its scale or its place on the guard's list (GuardLayout); then the row is split, from
 // registers (rows up to kCachedK) or from a second read that hits L2. The guard's count must be
-// zero on entry. kSplit: kPairHiFirst (three products) or kHiOnly (one).
+// zero on entry. kSplit: kPairHiFirst (three products) or kHiOnly (one or two).
 template <Split kSplit>
 __global__ void __launch_bounds__(kThreads)
 split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t rows, int64_t k,
@@ -311,7 +311,7 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   ops.guard = at::empty({layout.size()}, x.options().dtype(at::kInt));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(cudaMemsetAsync(ops.guard.data_ptr<int>(), 0, sizeof(int), stream));
-  const Split split = products == Products::kOne ? Split::kHiOnly : Split::kPairHiFirst;
+  const Split split = products == Products::kThree ? Split::kPairHiFirst : Split::kHiOnly;
   ops.lda = split_width(split, kp);
   ops.x_split = at::empty({m, ops.lda}, x.options().dtype(at::kHalf));
   auto* kernel = split == Split::kHiOnly ? split_rows_kernel<Split::kHiOnly>
@@ -324,7 +324,8 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 }
 
 // The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each; no cross
-// slices in the one-product form), and the view through which y is read from them.
+// slices in the one-product form), and the view through which y is read from them. The cross
+// GEMM's K is x's split row (ops.lda: [x_hi | x_lo] against [W_lo | W_hi], or x_hi against W_lo).
 void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, Fp16Slices slices,
                   int sm_count, Partials3xFp16& out) {
   const int cross_slices = slices.cross, main_slices = slices.main;
@@ -342,8 +343,8 @@ void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, Fp16Sli
                                 reinterpret_cast<const float*>(g + layout.alpha()),
                                 reinterpret_cast<const float*>(g + layout.beta())};
   if (cross_slices > 0) {
-    const int64_t cross_k = 2 * kp / cross_slices;
-    cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
+    const int64_t cross_k = ops.lda / cross_slices;
+    cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, ops.lda, 2 * kp, cross_k,
                      m * n, sm_count}, xp, wp, pc, stream);
   }
   const int64_t main_k = kp / main_slices;
@@ -379,8 +380,7 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
-  const Fp16Slices slices =
-      fp16_engine_slices(m, n, k, products == Products::kOne, /*partials=*/true, sm_count);
+  const Fp16Slices slices = fp16_engine_slices(m, n, k, products, /*partials=*/true, sm_count);
   with_sizes(m, n, k, [&] { run_partials(ops, m, n, padded_k(k), slices, sm_count, out); });
   return true;
 }
@@ -404,7 +404,7 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
   float* out = y.data_ptr<float>();
   const bool one = products == Products::kOne;
-  const Fp16Slices slices = fp16_engine_slices(m, n, k, one, /*partials=*/false, sm_count);
+  const Fp16Slices slices = fp16_engine_slices(m, n, k, products, /*partials=*/false, sm_count);
   const int cross_slices = slices.cross, main_slices = slices.main;
   TORCH_INTERNAL_ASSERT(moments == nullptr || (one && !slices.split()),
                         "fusedops: the column-moments epilogue needs the one-product GEMM unsplit "
@@ -420,10 +420,11 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
       scaled_gemm_sm90(whole, xp, wp + kp, out, alpha, stream);
     } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
-      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source first).
-      cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
-                      wp, out, stream);
-      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
+      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source first). The
+      // cross GEMM's K is x's split row (run_partials).
+      cross_gemm_sm90({mi, ni, static_cast<int>(ops.lda), 1, ops.lda, 2 * kp, 0, 0, sm_count},
+                      xp, wp, out, stream);
+      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, ops.lda, 2 * kp, 0, 0, sm_count}, xp,
                          wp + kp, out, out, alpha,
                          reinterpret_cast<const float*>(g + layout.beta()), stream);
     } else {

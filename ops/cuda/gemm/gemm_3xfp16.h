@@ -34,6 +34,11 @@
 // precision "high" (plan/planner.cpp). x's split writes its hi part alone, and the GEMM is
 // unpromoted (scaled_gemm_sm90: its accumulation error is far below that rounding); the
 // split-K partials of few output tiles stay promoted.
+//
+// The two-product form (Products::kTwo) adds the cross term x_hi W_lo (one GEMM over kp):
+// alpha_r (x_hi W_hi^T + 2^-11 x_hi W_lo^T). x is rounded as TF32 rounds it, W is carried to
+// 22 bits: for a folded weight (a pooled row stands for the mean of several of the reference's
+// rows, whose TF32 roundings the reference averages), TF32's accuracy needs W kept exact.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,7 +57,6 @@ namespace fusedops::cuda::gemm {
 // the split-K slices and the grids (heuristics.h). Returns false (y untouched) when the weight
 // fails the range check, or, during a CUDA-graph capture, when its fold is not made yet (the
 // check reads a flag on the host): the caller then runs its exact path.
-enum class Products { kThree, kOne };
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, Products products,
                       int sm_count, at::Tensor& y);
