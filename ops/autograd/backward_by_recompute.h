@@ -45,9 +45,10 @@ inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at
 // A call that autograd records. It resolves the fold cache's rule (common/fold_cache.h, "When
 // folds are cached") for the kernel below: the caller's cache_folds where given, else no cache
 // when a parameter (any tensor argument but x) requires grad. And for its lifetime it tells the
-// planner whether the call trains its weights (TrainingCall). Every Autograd kernel makes one around Function::apply, after checking
-// the arguments itself: autograd's bookkeeping would otherwise trip over a bad argument (an
-// undefined tensor has no device) before the kernel's own message.
+// planner whether the call trains its weights (TrainingCall). Every Autograd kernel makes one
+// around Function::apply, after checking the arguments itself: autograd's bookkeeping would
+// otherwise trip over a bad argument (an undefined tensor has no device) before the kernel's
+// own message.
 class RecordedCall {
  public:
   RecordedCall(std::optional<bool> cache_folds,
