@@ -169,7 +169,7 @@ def render_floor(results) -> str:
             if r and r.get("fusedops_eager_over_floor") is not None:
                 cell += " / " + ratio(r["fusedops_eager_over_floor"])
             cells.append(cell)
-        label = "39 (16384 x 4096)" if model == "39L" else model  # precisions.py's name
+        label = KB_LABEL["39"] if model == "39L" else model  # precisions.py's name for it
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
