@@ -250,6 +250,25 @@ def test_non_finite_sum_gets_reference_nan_gradient():
     assert_same_grads(grads_new, grads_ref, torch.float64)
 
 
+def test_model18_backward_is_its_own_algebra():
+    """Issue 40: model 18's backward is the model's algebra (W's gradient has rank one: one
+    GEMV, broadcast; x's is the gradient times W's column sums): no GEMM runs, where the
+    recomputed reference ran its Linear forward and backward. A double backward still
+    recomputes the reference's chain (create_graph)."""
+    ref, new = make_pair("18", (64, 48), dtype=torch.float32)
+    x = make_input((32, 64), "randn").requires_grad_()
+    gemms = {"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm"}
+    out = new(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out.backward(torch.randn_like(out))
+    ran = {e.name for e in prof.events()}
+    assert not ran & gemms, sorted(ran & gemms)
+    out = new(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+    assert "aten::linear" in {e.name for e in prof.events()}
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)
