@@ -269,6 +269,24 @@ def test_model18_backward_is_its_own_algebra():
     assert "aten::linear" in {e.name for e in prof.events()}
 
 
+def test_model98_backward_is_its_own_algebra():
+    """Issue 40: model 98's backward multiplies by the pooled weight (out_features / k rows): no
+    tensor of the reference's Linear output's shape (batch, out_features) is formed, where the
+    recomputed reference formed it forward and backward."""
+    ref, new = make_pair("98", (64, 48, 4, 2.0), dtype=torch.float32)
+    x = make_input((32, 64), "randn").requires_grad_()
+    out = new(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        out.backward(torch.randn_like(out))
+    shapes = [shape for e in prof.events() for shape in e.input_shapes]
+    assert [32, 48] not in shapes, sorted({e.name for e in prof.events() if [32, 48] in
+                                           e.input_shapes})
+    _, grads_ref, grad_out = forward_backward(ref, x.detach())
+    _, grads_new, _ = forward_backward(new, x.detach(), grad_out)
+    assert_same_grads(grads_new, grads_ref, torch.float32)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)
