@@ -7,8 +7,12 @@ and torch.compile of the reference, side by side in one process, with each step'
     python bench/training.py --device cpu --sizes small --steps 5 --no-compile   # a quick CPU run
 
 A step: zero_grad(set_to_none=True), forward, loss = y.float().square().mean(), backward,
-SGD.step (lr 1e-3, momentum 0.9); the median wall time of --steps steps after --warmup, each
-step synchronized (CUDA). Modes: float32 (torch's float32 matmul precision "ieee"), tf32
+SGD.step (lr 1e-6, momentum 0.9: model 18's weight gradient is rank one, the same for each of
+its out_features rows, so a step moves y by about lr * out_features * |x|^2 per unit of
+gradient, and at lr 1e-3 it diverges within a few steps, after which its times would be those
+of non-finite inputs); the median wall time of --steps steps after --warmup, each step
+synchronized (CUDA), each from the same weights and optimizer state (restored, untimed, before
+it). Modes: float32 (torch's float32 matmul precision "ieee"), tf32
 ("tf32"), autocast-<dtype> (float32 weights, the forward inside torch.autocast), bfloat16 (the
 model cast to bfloat16: weights and optimizer state in bfloat16). Model 39 trains. Peak memory:
 torch.cuda.max_memory_allocated() over one step, less what was allocated before it (weights,
@@ -66,7 +70,21 @@ def make_models(key, init_args, mode, device):
 
 
 def step_fn(model, mode, device):
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9)
+    saved = {}
+
+    def snapshot():
+        saved["params"] = [p.detach().clone() for p in model.parameters()]
+        saved["buffers"] = [b.detach().clone() for b in model.buffers()]
+        saved["optimizer"] = copy.deepcopy(optimizer.state_dict())
+
+    def restore():
+        with torch.no_grad():
+            for p, s in zip(model.parameters(), saved["params"]):
+                p.copy_(s)
+            for b, s in zip(model.buffers(), saved["buffers"]):
+                b.copy_(s)
+        optimizer.load_state_dict(saved["optimizer"])
 
     def step(x):
         optimizer.zero_grad(set_to_none=True)
@@ -76,6 +94,7 @@ def step_fn(model, mode, device):
         loss.backward()
         optimizer.step()
         return loss
+    step.snapshot, step.restore = snapshot, restore
     return step
 
 
@@ -87,15 +106,19 @@ def sync(device):
 def time_steps(step, x, steps, warmup, device):
     for _ in range(warmup):
         step(x)
-    sync(device)
+    step.snapshot()
     times = []
     for _ in range(steps):
+        step.restore()
+        sync(device)
         start = time.perf_counter()
         step(x)
         sync(device)
         times.append((time.perf_counter() - start) * 1e3)
     peak = None
     if device == "cuda":
+        step.restore()
+        sync(device)
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
         step(x)
