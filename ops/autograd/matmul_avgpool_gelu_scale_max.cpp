@@ -42,10 +42,12 @@ using torch::autograd::variable_list;
 at::Tensor spread_over_windows(const at::Tensor& per_window, int64_t k, const at::Tensor& like) {
   std::vector<int64_t> shape = per_window.sizes().vec();  // (pooled[, in])
   shape.insert(shape.begin() + 1, k);                      // (pooled, k[, in])
-  at::Tensor full = at::zeros(like.sizes(), like.options());
-  full.narrow(0, 0, shape[0] * k)
+  const int64_t covered = shape[0] * k;
+  at::Tensor full = at::empty(like.sizes(), like.options());  // each element written once
+  full.narrow(0, 0, covered)
       .view(shape)
       .copy_((per_window / static_cast<double>(k)).unsqueeze(1).expand(shape));
+  full.narrow(0, covered, like.size(0) - covered).zero_();
   return full;
 }
 
