@@ -8,8 +8,8 @@
 // NaN where there is one). With c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp,
 // no GEMM; dL/dWp[r] = sum of c_i x_i over the rows whose argmax is r, and each of W's k rows of
 // window r takes 1/k of it (the rows past the last window, which the pooling drops, zero); the
-// bias likewise. "eager" numerics of a float16/bfloat16 model, whose argmax is the rounded
-// chain's, and a double backward (create_graph) recompute the reference's chain
+// bias likewise. A float16/bfloat16 model (whose near-ties the reference's rounded chain breaks
+// its own way) and a double backward (create_graph) recompute the reference's chain
 // (autograd/backward_by_recompute.h) and differentiate that.
 //
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
@@ -39,15 +39,16 @@ using torch::autograd::variable_list;
 
 // A gradient of like's shape (W's or b's) from each k-window's sum (pooled[, in]): the window's
 // k rows take 1/k of it each, the rows past the last window (which the pooling drops) none.
+// Symbolic sizes throughout: under torch.compile a plain size() would specialize them.
 at::Tensor spread_over_windows(const at::Tensor& per_window, int64_t k, const at::Tensor& like) {
-  std::vector<int64_t> shape = per_window.sizes().vec();  // (pooled[, in])
-  shape.insert(shape.begin() + 1, k);                      // (pooled, k[, in])
-  const int64_t covered = shape[0] * k;
-  at::Tensor full = at::empty(like.sizes(), like.options());  // each element written once
-  full.narrow(0, 0, covered)
-      .view(shape)
-      .copy_((per_window / static_cast<double>(k)).unsqueeze(1).expand(shape));
-  full.narrow(0, covered, like.size(0) - covered).zero_();
+  std::vector<c10::SymInt> shape = per_window.sym_sizes().vec();  // (pooled[, in])
+  shape.insert(shape.begin() + 1, k);                              // (pooled, k[, in])
+  const c10::SymInt covered = shape[0] * k;
+  at::Tensor full = at::empty_symint(like.sym_sizes(), like.options());  // each element once
+  full.narrow_symint(0, 0, covered)
+      .view_symint(shape)
+      .copy_((per_window / static_cast<double>(k)).unsqueeze(1).expand_symint(shape));
+  full.narrow_symint(0, covered, like.sym_size(0) - covered).zero_();
   return full;
 }
 
@@ -69,9 +70,10 @@ class MatmulAvgpoolGeluScaleMaxFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = autograd::kept_linear_inputs(ctx);
-    const bool half = c10::isReducedFloatingType(saved[0].scalar_type());
-    if (at::GradMode::is_enabled() ||
-        (half && ctx->saved_data["numerics"].toStringRef() == "eager")) {
+    // In float16/bfloat16 the row maximum has near-ties at every few windows, which the
+    // reference's rounded chain (a full GEMM, rounded, then pooled) breaks its own way: its
+    // argmax, not ours, carries the reference's gradient.
+    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type())) {
       return by_recompute(ctx, saved, grad_outputs);
     }
     const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
@@ -95,17 +97,15 @@ class MatmulAvgpoolGeluScaleMaxFunction
     if (ctx->needs_input_grad(0)) {
       grads[0] = (c.unsqueeze(1) * wp.index_select(0, r)).to(x.scalar_type());
     }
-    const int64_t pooled = wp.size(0);
     // An inference tensor weight (a model built under inference mode) gets none, as in the
     // reference, whose Linear reaches it through a view autograd cannot track (W^T).
     if (ctx->needs_input_grad(1) && !weight.is_inference()) {
-      const at::Tensor per_window =
-          at::zeros({pooled, x.size(1)}, xa.options()).index_add_(0, r, c.unsqueeze(1) * xa);
+      const at::Tensor per_window = at::zeros_like(wp).index_add_(0, r, c.unsqueeze(1) * xa);
       grads[1] = spread_over_windows(per_window, k, weight);
     }
     if (ctx->needs_input_grad(2)) {
       grads[2] =
-          spread_over_windows(at::zeros({pooled}, c.options()).index_add_(0, r, c), k, bias);
+          spread_over_windows(at::zeros_like(bp, c.options()).index_add_(0, r, c), k, bias);
     }
     return grads;
   }

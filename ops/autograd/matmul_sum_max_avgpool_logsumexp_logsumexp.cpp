@@ -68,10 +68,10 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     // reference, whose Linear reaches it through a view autograd cannot track (W^T).
     if (ctx->needs_input_grad(1) && !weight.is_inference()) {
       const at::Tensor row = at::mv(x.to(acc).t(), g).to(weight.scalar_type());
-      grads[1] = row.unsqueeze(0).expand(weight.sizes());
+      grads[1] = row.unsqueeze(0).expand_symint(weight.sym_sizes());
     }
     if (ctx->needs_input_grad(2)) {
-      grads[2] = g.sum().to(bias.scalar_type()).expand(bias.sizes());
+      grads[2] = g.sum().to(bias.scalar_type()).expand_symint(bias.sym_sizes());
     }
     return grads;  // and none for cache_folds, numerics
   }
