@@ -129,6 +129,10 @@ def render_compile(results) -> str:
                 "bench/precisions.py --reps 20 --json precisions.json` on the GPU, then "
                 "bench/results.py with `--precisions precisions.json`. The last one measured: "
                 "\"Issue 24, second pass\" in the log below.")
+    if all(r.get("compile_vs_fusedops") is None for r in rows):
+        return ("This run's precisions table has no torch.compile column (bench/precisions.py "
+                "ran with --no-compile: about 30 compiles): run it without --no-compile for "
+                "this table. The last one measured: \"Issue 24, second pass\" in the log below.")
     lines = [provenance(results, "How many times faster than torch.compile of the reference "
                         "(default mode; above 1x fusedops is faster), median ms of fusedops in "
                         "float32 in parentheses"), "",
