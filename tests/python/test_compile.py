@@ -4,7 +4,7 @@ batch sizes, one compilation), inference and training (forward + backward) match
 The Autograd kernels are C++ torch::autograd::Functions; AOTAutograd traces through them: the
 forward graph calls the fused operator (functionalized where it mutates the BatchNorm
 statistics) and the backward graph holds ATen ops: models 18 and 98 their own algebra (98's
-also its weight fold), 39 and 62 the recomputed reference chain.
+also its weight fold), 39 and 62 the reference's backward formulas on a recomputed Linear.
 
 aot_eager (no code generation, fast) covers the whole matrix; inductor, which compiles C++ on
 the CPU and is slow on a small machine, runs each model once at tiny sizes."""
