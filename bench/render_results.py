@@ -79,6 +79,11 @@ def bench_ms(results, problem, dtype):
     return None
 
 
+def row_of(rows, model, mode):
+    """The row of a model (its key as a string) and mode, or None."""
+    return next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+
+
 def provenance(results, what) -> str:
     commands = "; ".join(f"`{c}`" for c in results["commands"])
     return (f"{what}, one run: one {results['gpu']}, PyTorch {results.get('torch') or '?'}, "
@@ -144,7 +149,7 @@ def render_compile(results) -> str:
     for model in models:
         cells = []
         for mode in MODES:
-            r = next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+            r = row_of(rows, model, mode)
             cell = ratio(r.get("compile_vs_fusedops")) if r else "-"
             if r and mode == "float32":
                 cell += f" ({ms(r['fusedops_ms'])} ms)"
@@ -171,7 +176,7 @@ def render_floor(results) -> str:
             continue  # 18 and 98 fold their weights: the reference's GEMM is no floor of theirs
         cells = []
         for mode in MODES:
-            r = next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+            r = row_of(rows, model, mode)
             cell = ratio(r["fusedops_over_floor"]) if r else "-"
             if r and r.get("fusedops_eager_over_floor") is not None:
                 cell += " / " + ratio(r["fusedops_eager_over_floor"])
@@ -201,7 +206,7 @@ def render_training(results) -> str:
     for model in dict.fromkeys(str(r["model"]) for r in rows):
         speed_cells, memory_cells = [], []
         for mode in TRAINING_MODES:
-            r = next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+            r = row_of(rows, model, mode)
             if r is None:
                 speed_cells.append("-")
                 memory_cells.append("-")
