@@ -2,8 +2,9 @@
 //
 // Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), and in
 // eval mode also running_mean and running_var. The backward of a float32/float64 model (issue
-// 40) runs the reference's ops and their backward formulas directly, in its order, so the
-// gradients are the reference's bit for bit: y = x W^T + b recomputed (the one GEMM of the
+// 40) runs the reference's ops and their backward formulas directly, in its order (on the CPU
+// the gradients are the reference's bit for bit; on CUDA its three GEMMs run on the planner's
+// GEMM, autograd/backward_gemms.h): y = x W^T + b recomputed (the one GEMM of the
 // forward), z = y * scale, batch_norm's statistics and backward through the implementation
 // at::batch_norm picks (ATen's, or cuDNN's where enabled), scale's gradient sum(dz y), y's
 // dz * scale written over dz, then the Linear's three. Without autograd's graph over the
@@ -32,6 +33,7 @@
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
+#include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -101,10 +103,10 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
         training ? std::nullopt : std::optional<at::Tensor>(saved[7]);
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    // The reference's ops and their backward formulas, in its order (bit for bit the same
-    // gradients): the Linear, * scale, and batch_norm through the implementation it picks
+    // The reference's ops and their backward formulas, in its order: the Linear, * scale, and
+    // batch_norm through the implementation it picks
     // (cuDNN's where it is enabled, as F.batch_norm).
-    const at::Tensor y = autograd::reference_linear(x, weight, bias);
+    const at::Tensor y = autograd::backward_linear(x, weight, bias);
     at::Tensor dz, dgamma, dbeta;
     {
       const at::Tensor z = y * scale;
@@ -134,8 +136,8 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     variable_list grads(14);  // x, weight, bias, scale, bn_weight, bn_bias; none for the rest
     if (ctx->needs_input_grad(3)) grads[3] = at::sum_to(dz * y, scale.sym_sizes());
     const at::Tensor& dy = dz.mul_(scale);  // mul's gradient, in place: dz is not needed again
-    if (ctx->needs_input_grad(0)) grads[0] = dy.mm(weight);
-    if (ctx->needs_input_grad(1)) grads[1] = dy.t().mm(x);
+    if (ctx->needs_input_grad(0)) grads[0] = autograd::backward_mm(dy, weight);
+    if (ctx->needs_input_grad(1)) grads[1] = autograd::backward_mm(dy.t(), x);
     if (ctx->needs_input_grad(2)) grads[2] = at::sum_to(dy, bias.sym_sizes());
     if (ctx->needs_input_grad(4)) grads[4] = dgamma;
     if (ctx->needs_input_grad(5)) grads[5] = dbeta;

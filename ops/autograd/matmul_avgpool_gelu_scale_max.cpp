@@ -3,7 +3,8 @@
 // matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the non-tensor arguments). Its
 // backward is the model's own algebra (issue 40). With Wp, bp the pooled Linear (a k-window's
 // mean of W's rows and b's entries: avgpool_fold_linear), p = x Wp^T + bp (batch, out / k), a
-// GEMM k times smaller than the reference's, recomputed; h = scale gelu(p); out = max(h, 1),
+// GEMM k times smaller than the reference's, recomputed (on CUDA on the planner's GEMM:
+// autograd/backward_gemms.h); h = scale gelu(p); out = max(h, 1),
 // whose gradient goes to each row's argmax r (torch.max's own, on h: the first index on a tie, a
 // NaN where there is one). With c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp,
 // no GEMM; dL/dWp[r] = sum of c_i x_i over the rows whose argmax is r, and each of W's k rows of
@@ -25,6 +26,7 @@
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
+#include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -83,7 +85,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       std::tie(wp, bp) = fusedops::avgpool_fold_linear(weight, bias, k);
     }
-    const at::Tensor p = at::addmm(bp, x, wp.t());
+    const at::Tensor p = autograd::backward_linear(x, wp, bp);
     const at::Tensor r = std::get<1>(at::max(at::gelu(p) * scale, /*dim=*/1));
     const at::Tensor p_r = p.gather(1, r.unsqueeze(1)).squeeze(1);
     const at::Tensor c = at::gelu_backward(grad_outputs[0] * scale, p_r);

@@ -2,7 +2,8 @@
 //
 // Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope). The
 // backward of a float32/float64 model (issue 40) runs the reference's ops and their backward
-// formulas directly, in its order, so the gradients are the reference's bit for bit: y = x W^T
+// formulas directly, in its order (on the CPU the gradients are the reference's bit for bit; on
+// CUDA its three GEMMs run on the planner's GEMM, autograd/backward_gemms.h): y = x W^T
 // + b recomputed (the one GEMM of the forward), GroupNorm's output and group statistics
 // (native_group_norm, what group_norm calls), v + v's gradient 2g through LeakyReLU's backward
 // (the doubling is exact: 2 (g s) = (g + g) s for a power of two), GroupNorm's backward, then
@@ -22,6 +23,7 @@
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
+#include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -62,7 +64,7 @@ class MatmulGroupnormLeakyreluSumFunction
                      &beta = saved[4];
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::Tensor y = autograd::reference_linear(x, weight, bias);
+    const at::Tensor y = autograd::backward_linear(x, weight, bias);
     const c10::SymInt n = y.sym_size(0), c = y.sym_size(1);
     at::Tensor dnormalized;
     at::Tensor mean, rstd;
@@ -80,8 +82,8 @@ class MatmulGroupnormLeakyreluSumFunction
     // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
     // cache_folds, numerics. (needs_input_grad counts the tensor arguments alone.)
     variable_list grads(10);
-    if (ctx->needs_input_grad(0)) grads[0] = dy.mm(weight);
-    if (ctx->needs_input_grad(1)) grads[1] = dy.t().mm(x);
+    if (ctx->needs_input_grad(0)) grads[0] = autograd::backward_mm(dy, weight);
+    if (ctx->needs_input_grad(1)) grads[1] = autograd::backward_mm(dy.t(), x);
     if (ctx->needs_input_grad(2)) grads[2] = at::sum_to(dy, bias.sym_sizes());
     if (ctx->needs_input_grad(3)) grads[4] = dgamma;
     if (ctx->needs_input_grad(4)) grads[5] = dbeta;

@@ -1,0 +1,29 @@
+// The GEMMs of the operators' own backward passes (issue 40). On CUDA they run on
+// fusedops::gemm_nt, the planner's GEMM for the dtype and torch's float32 matmul precision:
+// in float32 the 3xFP16 engine where it runs (PyTorch's float32 accuracy at the fp16
+// tensor-core rate, where cuBLAS's float32 GEMM is a SIMT SGEMM), its operands copied
+// K-contiguous first. On the CPU, ATen's, so that the gradients there stay the reference's bit
+// for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "autograd/backward_by_recompute.h"
+#include "fusedops/fusedops.h"
+
+namespace fusedops::autograd {
+
+// a (m, k) b (k, n).
+inline at::Tensor backward_mm(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.is_cuda()) return a.mm(b);
+  return fusedops::gemm_nt(a.contiguous(), b.t().contiguous());
+}
+
+// The forward's Linear x W^T + b again (x, W and b of one dtype).
+inline at::Tensor backward_linear(const at::Tensor& x, const at::Tensor& weight,
+                                  const at::Tensor& bias) {
+  if (!x.is_cuda()) return reference_linear(x, weight, bias);
+  return fusedops::gemm_nt(x, weight).add_(bias);
+}
+
+}  // namespace fusedops::autograd
