@@ -3,7 +3,7 @@ and torch.compile of the reference, side by side in one process, with each step'
 
     python bench/training.py [--models 18,98,39,62] \
         [--modes float32,tf32,autocast-float16,autocast-bfloat16,bfloat16] \
-        [--batch 1024] [--steps 20] [--warmup 3] [--no-compile] [--json FILE]
+        [--batch 1024] [--steps 20] [--warmup 3] [--no-compile] [--breakdown] [--json FILE]
     python bench/training.py --device cpu --sizes small --steps 5 --no-compile   # a quick CPU run
 
 A step: zero_grad(set_to_none=True), forward, loss = y.float().square().mean(), backward,
@@ -17,6 +17,10 @@ it). Modes: float32 (torch's float32 matmul precision "ieee"), tf32
 model cast to bfloat16: weights and optimizer state in bfloat16). Model 39 trains. Peak memory:
 torch.cuda.max_memory_allocated() over one step, less what was allocated before it (weights,
 gradients of the previous step freed by zero_grad, optimizer state), on CUDA only.
+--breakdown (CUDA): where each variant's step time goes: the host's time to issue it while the
+GPU is still busy (a step that waits on the GPU shows the queued sleep's length), the GPU's
+kernel time and its largest kernels. A step whose host time exceeds its GPU time is bound by
+the host: its wall time is the host's, whatever the kernels do.
 The losses of --check-steps identical steps from identical weights are compared with the
 reference's (the largest relative difference, printed): a fast step that trains something else is
 no result. (Not the parameters: some gradients are rounding noise by the algebra, e.g. a

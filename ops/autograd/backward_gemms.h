@@ -7,6 +7,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/autograd.h>
 
 #include "autograd/backward_by_recompute.h"
 #include "fusedops/fusedops.h"
@@ -24,6 +26,16 @@ inline at::Tensor backward_linear(const at::Tensor& x, const at::Tensor& weight,
                                   const at::Tensor& bias) {
   if (!x.is_cuda()) return reference_linear(x, weight, bias);
   return fusedops::gemm_nt(x, weight).add_(bias);
+}
+
+// The Linear's gradients from dy = dL/dy, each where autograd needs it: x's dy W, W's dy^T x,
+// b's dy summed to b's shape (the operator's tensor arguments 0, 1 and 2, into grads[0..2]).
+inline void linear_gradients(torch::autograd::AutogradContext* ctx, const at::Tensor& dy,
+                             const at::Tensor& x, const at::Tensor& weight,
+                             const at::Tensor& bias, torch::autograd::variable_list& grads) {
+  if (ctx->needs_input_grad(0)) grads[0] = backward_mm(dy, weight);
+  if (ctx->needs_input_grad(1)) grads[1] = backward_mm(dy.t(), x);
+  if (ctx->needs_input_grad(2)) grads[2] = at::sum_to(dy, bias.sym_sizes());
 }
 
 }  // namespace fusedops::autograd

@@ -136,9 +136,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     variable_list grads(14);  // x, weight, bias, scale, bn_weight, bn_bias; none for the rest
     if (ctx->needs_input_grad(3)) grads[3] = at::sum_to(dz * y, scale.sym_sizes());
     const at::Tensor& dy = dz.mul_(scale);  // mul's gradient, in place: dz is not needed again
-    if (ctx->needs_input_grad(0)) grads[0] = autograd::backward_mm(dy, weight);
-    if (ctx->needs_input_grad(1)) grads[1] = autograd::backward_mm(dy.t(), x);
-    if (ctx->needs_input_grad(2)) grads[2] = at::sum_to(dy, bias.sym_sizes());
+    autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
     if (ctx->needs_input_grad(4)) grads[4] = dgamma;
     if (ctx->needs_input_grad(5)) grads[5] = dbeta;
     return grads;

@@ -14,7 +14,6 @@
 // group_norm -> leaky_relu -> v + v under autograd (autograd/backward_by_recompute.h) and
 // differentiate it.
 #include <ATen/ATen.h>
-#include <ATen/ExpandUtils.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -82,9 +81,7 @@ class MatmulGroupnormLeakyreluSumFunction
     // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
     // cache_folds, numerics. (needs_input_grad counts the tensor arguments alone.)
     variable_list grads(10);
-    if (ctx->needs_input_grad(0)) grads[0] = autograd::backward_mm(dy, weight);
-    if (ctx->needs_input_grad(1)) grads[1] = autograd::backward_mm(dy.t(), x);
-    if (ctx->needs_input_grad(2)) grads[2] = at::sum_to(dy, bias.sym_sizes());
+    autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
     if (ctx->needs_input_grad(3)) grads[4] = dgamma;
     if (ctx->needs_input_grad(4)) grads[5] = dbeta;
     return grads;
