@@ -154,6 +154,19 @@ struct RowRange {
   __device__ __forceinline__ void take(float4 q) { take(q.x); take(q.y); take(q.z); take(q.w); }
 };
 
+// A block reads one row's range: 16-byte loads where the row allows them (the pass is bound by
+// reading the row), else one value a thread.
+__device__ __forceinline__ void take_row(RowRange& range, const float* src, int64_t k,
+                                         bool vector) {
+  if (vector) {
+    for (int64_t c = 4 * static_cast<int64_t>(threadIdx.x); c < k; c += 4 * kThreads) {
+      range.take(*reinterpret_cast<const float4*>(src + c));
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < k; c += kThreads) range.take(src[c]);
+  }
+}
+
 // W's range, block per row: each row's largest magnitude, or inf where the row holds inf/nan.
 __global__ void __launch_bounds__(kThreads)
 weight_rows_kernel(const float* __restrict__ w, float* __restrict__ row_max, int64_t rows,
@@ -161,15 +174,8 @@ weight_rows_kernel(const float* __restrict__ w, float* __restrict__ row_max, int
   __shared__ float scratch[kThreads / kWarpSize];
   const bool vector = k % 4 == 0 && is_16_byte_aligned(w);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* src = w + row * k;
     RowRange range;
-    if (vector) {
-      for (int64_t c = 4 * static_cast<int64_t>(threadIdx.x); c < k; c += 4 * kThreads) {
-        range.take(*reinterpret_cast<const float4*>(src + c));
-      }
-    } else {
-      for (int64_t c = threadIdx.x; c < k; c += kThreads) range.take(src[c]);
-    }
+    take_row(range, w + row * k, k, vector);
     const float m = block_max(range.max, scratch);
     const float bad = block_max(range.bad, scratch);
     if (threadIdx.x == 0) row_max[row] = bad != 0.0f ? INFINITY : m;
@@ -231,12 +237,8 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
         cache[i] = c < k ? *reinterpret_cast<const float4*>(src + c) : make_float4(0.f, 0.f, 0.f, 0.f);
         range.take(cache[i]);
       }
-    } else if (vector) {  // 16-byte loads: this pass is bound by reading x
-      for (int64_t c = 4 * static_cast<int64_t>(threadIdx.x); c < k; c += 4 * kThreads) {
-        range.take(*reinterpret_cast<const float4*>(src + c));
-      }
     } else {
-      for (int64_t c = threadIdx.x; c < k; c += kThreads) range.take(src[c]);
+      take_row(range, src, k, vector);
     }
     const float m = block_max(range.max, scratch);
     const float bad = block_max(range.bad, scratch);
