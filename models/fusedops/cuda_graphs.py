@@ -20,8 +20,9 @@ is not: writes through `.data`, to the storage, from outside torch, and in-place
 inference tensors other than through the model's own `load_state_dict` (a post-hook clears the
 graphs): call `clear()` after such a write, after `torch.ops.fusedops.clear_fold_cache()` (the
 graphs read the folds cached at warm-up) and after a change of `fusedops.settings` (they replay
-the routes of their capture). Change weights between calls, not while a call is in flight on
-another stream: a replay in flight reads the folds that the next call's warm-up may free.
+the routes of their capture). Change weights only when no replay is pending on the GPU
+(synchronize the serving streams first, as an in-place write racing a call needs anyway): a
+replay reads the folds of its capture, which the next capture's warm-up frees.
 
 Streams and threads: graphs are per stream, so threads on their own streams replay in parallel;
 each stream's graphs share one memory pool, and a lock per stream keeps a copy-in, replay and
@@ -36,8 +37,8 @@ from typing import NamedTuple
 
 import torch
 
-# torch.cuda.graph synchronizes the device and empties the allocator's cache on entry: not while
-# another thread of the process is capturing. Captures are rare; one at a time.
+# torch.cuda.graph synchronizes the device and empties the allocator's cache on entry, not to be
+# done while another thread of the process captures. Captures are rare: one at a time.
 _CAPTURE_LOCK = threading.Lock()
 
 
