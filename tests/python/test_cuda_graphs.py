@@ -379,13 +379,18 @@ def test_replay_allocates_nothing(key):
     with torch.no_grad():
         reuse(x), fresh(x)  # captures
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # processes the captures' side-stream frees
         allocated = torch.cuda.memory_allocated()
         blocks = torch.cuda.memory_stats()["allocation.all.current"]
         for _ in range(5):
             reuse(x)
         torch.cuda.synchronize()
-        assert (torch.cuda.memory_allocated(), torch.cuda.memory_stats()["allocation.all.current"]
-                ) == (allocated, blocks), "a replay with reuse_output=True allocated"
+        # Not equality: torch frees blocks of its own lazily (on the H200 two blocks of ~2 MiB
+        # went during the replays even after empty_cache()); a replay must not add any.
+        now = (torch.cuda.memory_allocated(), torch.cuda.memory_stats()["allocation.all.current"])
+        assert now[0] <= allocated and now[1] <= blocks, (
+            f"a replay with reuse_output=True allocated: {now} after, {(allocated, blocks)} before")
+        allocated, blocks = now
         out = fresh(x)
         assert torch.cuda.memory_stats()["allocation.all.current"] == blocks + 1, (
             "a replay allocated more than its returned clone")
