@@ -86,6 +86,10 @@ class CudaGraphs:
         self._graphs: dict[tuple, _Entry] = {}
         self._streams: dict[int, tuple] = {}  # stream handle -> (pool, lock)
         self._state = None
+        # The modules' own parameter and buffer dicts, walked at every call: model.modules() and
+        # model.parameters() cost several times as much per call. A module added to the model
+        # later is seen after clear().
+        self._tensor_dicts = self._dicts_of(model)
         # Inference tensors have no version counter: a load_state_dict would go unseen. (A
         # scripted model takes no Python hooks: call clear() after loading into it.)
         if not isinstance(model, torch.jit.ScriptModule):
@@ -106,18 +110,20 @@ class CudaGraphs:
             self._graphs.clear()
             self._streams.clear()
             self._state = None
+            self._tensor_dicts = self._dicts_of(self.model)
+
+    @staticmethod
+    def _dicts_of(model):
+        return [(m, d) for m in model.modules() for d in (m._parameters, m._buffers)]
 
     def _weights_state(self) -> list:
-        # The modules' own dicts: model.parameters() costs three times as much per call.
         state = []
-        for module in self.model.modules():
+        for module, tensors in self._tensor_dicts:
             if module.training:
                 self._refuse_training()
-            for tensors in (module._parameters, module._buffers):
-                for t in tensors.values():
-                    if t is not None:
-                        state.append((id(t), t.data_ptr(),
-                                      None if t.is_inference() else t._version))
+            for t in tensors.values():
+                if t is not None:
+                    state.append((id(t), t.data_ptr(), None if t.is_inference() else t._version))
         return state
 
     def _refuse_training(self):
@@ -138,7 +144,8 @@ class CudaGraphs:
         state = self._weights_state()
         if x.device.type != "cuda":
             return self.model(x)
-        key = (x.shape, x.dtype, x.device, torch.cuda.current_stream(x.device).cuda_stream,
+        # The raw stream handle: torch.cuda.current_stream() builds a Stream object per call.
+        key = (x.shape, x.dtype, x.device, torch._C._cuda_getCurrentRawStream(x.get_device()),
                torch.is_inference_mode_enabled(),
                torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None)
         with self._lock:
