@@ -1,9 +1,15 @@
 r"""One table for the precisions deployments use (issue 24): per model and mode, fusedops'
 ModelNew ("accurate" numerics, and "eager" where the model is float16/bfloat16), PyTorch eager
 and torch.compile of the reference in the same mode, and cuBLAS's bare GEMM of the
-reference's Linear at the same shape and dtype (torch.mm: the floor of a model that runs that
-GEMM), all timed interleaved in one process on one GPU, with each output's error against the
-reference run in float64.
+reference's Linear at the same shape and dtype (torch.mm), all timed interleaved in one process
+on one GPU, with each output's error against the reference run in float64.
+
+The floor (issue 39): that GEMM, plus, for model 39 in training, one read and one write of y
+(the GEMM's output, in the GEMM's dtype) at the copy bandwidth measured in the same run: a
+column's batch statistics need every row, which no GEMM tile holds, so y is written and read
+back once at least. Model 62's groups lie inside a tile and models 18 and 98 reduce rows: the
+GEMM alone. (18 and 98 fold their weights: their floor is far below the reference's GEMM, which
+the table still shows for scale.)
 
     python bench/precisions.py [--models 18,98,39,62,39L] \
         [--modes float32,tf32,float16,bfloat16,autocast-float16,autocast-bfloat16] \
@@ -28,7 +34,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import L2_FLUSH_BYTES, device_name, rel_err, timed_interleaved  # noqa: E402
+from bench import (L2_FLUSH_BYTES, device_name, measure_ceilings, rel_err,  # noqa: E402
+                   timed_interleaved)
 
 import fusedops  # noqa: E402
 from fusedops.problems import BENCH_39_LARGE, PROBLEMS  # noqa: E402
@@ -66,7 +73,16 @@ def gemm_dtype(mode):
         torch, mode.split("-", 1)[1])
 
 
-def measure(label, mode, reps, compile_reference):
+def y_round_trip_ms(key, batch, n, mode, copy_tbs):
+    """One write and one read of y at copy bandwidth where the model's statistics need whole
+    columns (model 39 in training, as measured here); 0 elsewhere."""
+    if key != "39":
+        return 0.0
+    y_bytes = batch * n * torch.finfo(gemm_dtype(mode)).bits // 8
+    return 2 * y_bytes / (copy_tbs * 1e12) * 1e3
+
+
+def measure(label, mode, reps, compile_reference, copy_tbs):
     key, init_args, batch = sizes(label)
     problem = PROBLEMS[key]
     dtype = model_dtype(mode)
@@ -117,9 +133,13 @@ def measure(label, mode, reps, compile_reference):
             times = timed_interleaved([variants[name] for name in names] + [floor], inputs, reps)
         for name, ms in zip(names + ["gemm"], times):
             row[f"{name}_ms"] = ms
-    for name in ("fusedops_eager", "eager", "compile", "gemm"):
+    row["floor_ms"] = row["gemm_ms"] + y_round_trip_ms(key, batch, n, mode, copy_tbs)
+    for name in ("fusedops_eager", "eager", "compile", "gemm", "floor"):
         if f"{name}_ms" in row:
             row[f"{name}_vs_fusedops"] = row[f"{name}_ms"] / row["fusedops_ms"]
+    row["fusedops_over_floor"] = row["fusedops_ms"] / row["floor_ms"]
+    if "fusedops_eager_ms" in row:
+        row["fusedops_eager_over_floor"] = row["fusedops_eager_ms"] / row["floor_ms"]
     del variants, inputs, gemm_inputs
     torch.cuda.empty_cache()
     return row
@@ -134,16 +154,17 @@ def print_table(rows):
     print(f"\n{device_name('cuda')}, torch {torch.__version__}, fusedops "
           f"{torch.ops.fusedops.version()}; median ms, x = variant time / fusedops time; "
           f"err = ||out - out64|| / ||out64||")
-    print("| model | mode | fusedops | f. eager | eager | compile | GEMM | x eager | x compile "
-          "| fusedops / GEMM | err fusedops | err eager |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | mode | fusedops | f. eager | eager | compile | GEMM | floor | x eager "
+          "| x compile | fusedops / floor | f. eager / floor | err fusedops | err eager |")
+    print("|---" * 14 + "|")
     for r in rows:
-        ours_vs_gemm = r["fusedops_ms"] / r["gemm_ms"]
         print(f"| {r['model']} | {r['mode']} | {fmt(r, 'fusedops_ms', '.4f')} "
               f"| {fmt(r, 'fusedops_eager_ms', '.4f')} | {fmt(r, 'eager_ms', '.4f')} "
               f"| {fmt(r, 'compile_ms', '.4f')} | {fmt(r, 'gemm_ms', '.4f')} "
+              f"| {fmt(r, 'floor_ms', '.4f')} "
               f"| {fmt(r, 'eager_vs_fusedops', '.2f')} | {fmt(r, 'compile_vs_fusedops', '.2f')} "
-              f"| {ours_vs_gemm:.2f} | {fmt(r, 'fusedops_err', '.1e')} "
+              f"| {fmt(r, 'fusedops_over_floor', '.2f')} "
+              f"| {fmt(r, 'fusedops_eager_over_floor', '.2f')} | {fmt(r, 'fusedops_err', '.1e')} "
               f"| {fmt(r, 'eager_err', '.1e')} |")
     print("(f. eager: fusedops with numerics=\"eager\", float16/bfloat16 models only; its "
           "x-compile is in the JSON)")
@@ -162,10 +183,13 @@ def main(argv=None) -> int:
     bad = [m for m in args.modes.split(",") if m not in MODES]
     if bad:
         p.error(f"--modes: unknown {', '.join(bad)}; expected some of {', '.join(MODES)}")
+    copy_tbs = measure_ceilings()["copy_tbs"]
+    print(f"copy bandwidth {copy_tbs:.2f} TB/s (the floor's y round trip)", flush=True)
     rows = []
     for label in args.models.split(","):
         for mode in args.modes.split(","):
-            row = measure(label, mode, args.reps, not args.no_compile)
+            row = measure(label, mode, args.reps, not args.no_compile, copy_tbs)
+            row["copy_tbs"] = copy_tbs
             print(json.dumps(row), flush=True)
             rows.append(row)
     print_table(rows)

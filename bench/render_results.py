@@ -9,7 +9,8 @@ source of those numbers, written by bench/results.py from a GPU run), between ma
 
 Blocks: README.md `readme` (float32, KernelBench's harness, against eager PyTorch);
 docs/PERFORMANCE.md `compile` (every precision against torch.compile, from bench/precisions.py
-when the run has it) and `kernelbench` (KernelBench's harness beside bench.py's no_grad time).
+when the run has it), `floor` (the same run's distance to the GEMM floor) and `kernelbench`
+(KernelBench's harness beside bench.py's no_grad time).
 tests/python/test_results_docs.py runs the check on the CPU in CI.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "docs" / "results.json"
 # Which blocks each document holds.
-DOCUMENTS = {"README.md": ("readme",), "docs/PERFORMANCE.md": ("compile", "kernelbench")}
+DOCUMENTS = {"README.md": ("readme",),
+             "docs/PERFORMANCE.md": ("compile", "floor", "kernelbench")}
 REQUIRED = ("gpu", "commit", "commands", "bench", "kernelbench")
 ORDER = ("18", "98", "39", "62")  # README's order: the two folds first
 # Why a ratio is what it is, where a reader would doubt it (not a measurement: kept here).
@@ -144,8 +146,36 @@ def render_compile(results) -> str:
     return "\n".join(lines)
 
 
+def render_floor(results) -> str:
+    """fusedops' time over its floor (bench/precisions.py: cuBLAS's bare GEMM of the same run,
+    plus y's round trip for model 39 in training), for the models that run that GEMM."""
+    rows = [r for r in results.get("precisions") or [] if "floor_ms" in r]
+    if not rows:
+        return ("This run's docs/results.json has no floor column: `python3 bench/precisions.py "
+                "--reps 20 --json precisions.json` on the GPU, then bench/results.py with "
+                "`--precisions precisions.json`.")
+    lines = [provenance(results, "fusedops' time over its floor (cuBLAS's bare GEMM at the same "
+                        "shape and dtype in the same run, plus one read and one write of y at "
+                        "copy bandwidth for model 39 in training; 1.00x is the floor), "
+                        "numerics=\"eager\" after the slash where the model is float16/bfloat16"),
+             "", "| model | " + " | ".join(MODES) + " |", "|---" * (len(MODES) + 1) + "|"]
+    for model in dict.fromkeys(str(r["model"]) for r in rows):
+        if model not in ("39", "62", "39L"):
+            continue  # 18 and 98 fold their weights: the reference's GEMM is no floor of theirs
+        cells = []
+        for mode in MODES:
+            r = next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+            cell = ratio(r["fusedops_over_floor"]) if r else "-"
+            if r and r.get("fusedops_eager_over_floor") is not None:
+                cell += " / " + ratio(r["fusedops_eager_over_floor"])
+            cells.append(cell)
+        label = "39 (16384 x 4096)" if model == "39L" else model  # precisions.py's name
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 RENDERERS = {"readme": render_readme, "kernelbench": render_kernelbench,
-             "compile": render_compile}
+             "compile": render_compile, "floor": render_floor}
 
 
 def block_pattern(name: str) -> re.Pattern:

@@ -96,9 +96,8 @@ void reload_settings() { plan::reload_settings(); }
 
 // numerics (common/numerics.h) comes last and has a default, so that a TorchScript module
 // exported before it existed (its graph calls the op without it) still loads and runs.
-// cache_folds: None (the default) applies the fold cache's rule for raw calls, True caches
-// under autograd too (ModelNew passes it), False never caches (common/fold_cache.h); a module
-// exported when it was a plain bool passes a bool, which the optional takes.
+// cache_folds (common/fold_cache.h): a module exported when it was a plain bool passes a bool,
+// which the optional takes.
 TORCH_LIBRARY(fusedops, m) {
   m.def("matmul_avgpool_gelu_scale_max(Tensor x, Tensor weight, Tensor bias, "
         "int pool_kernel_size, float scale_factor, *, bool? cache_folds=None, "

@@ -8,6 +8,15 @@
 // The operator is then called again below the Autocast key, reaching Autograd and the backend
 // kernel with the cast tensors; autograd records the casts, so gradients reach the float32
 // parameters.
+//
+// Models 39 and 62, whose ops after the Linear run in float32: on CUDA the operator takes its
+// autocast form (common/checks.h), x and weight cast as the policy casts them, the bias
+// rounded so and widened back (every parameter after the Linear is float32); its Linear runs on
+// the tensor cores in the autocast dtype, the rest in float32 on the accumulators. On CPU the
+// operator takes one dtype: it runs in float32 on x, weight and bias rounded to the autocast
+// dtype (the GEMM's products of those values are exact in float32, as in the reference's
+// reduced-precision GEMM). The one rounding not repeated is the reference's of the Linear
+// output to the autocast dtype (this result is the closer to float64).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,6 +37,9 @@ class AutocastCall {
   at::Tensor to_autocast_dtype(const at::Tensor& t) const {
     return at::autocast::cached_cast(dtype(), t, device_type);
   }
+
+  // t as the policy rounds it for the Linear, widened back to float32.
+  at::Tensor rounded(const at::Tensor& t) const { return to_autocast_dtype(t).to(at::kFloat); }
 
   // Whether the policy casts x at all: float64 inputs run the whole chain in float64.
   bool casts(const at::Tensor& x) const {

@@ -11,6 +11,7 @@
 // Use, in a torch::autograd::Function's backward:
 //   BackwardByRecompute recompute(ctx);                 // from here on the chain is recorded
 //   at::Tensor x = recompute.input(saved[0], 0);        // 0: x's index among the tensor args
+//   (or: const auto [x, weight, bias] = recompute.inputs<3>(saved);)
 //   ...reference chain from x ... -> out
 //   variable_list grads = recompute.gradients({out}, grad_outputs);
 #pragma once
@@ -19,6 +20,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <optional>
@@ -31,8 +33,7 @@ namespace fusedops::autograd {
 
 // Whether a call must be recorded for autograd: grad mode on and some tensor argument requires
 // grad. When not (inference, torch.no_grad, frozen weights), the Autograd kernels call the
-// backend kernel directly: building and discarding an autograd::Function costs several
-// microseconds of host time, as much as model 18's whole kernel.
+// backend kernel directly: building and discarding an autograd::Function costs host time.
 inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at::Tensor>> args) {
   if (!at::GradMode::is_enabled()) return false;
   for (const at::Tensor& t : args) {
@@ -42,11 +43,12 @@ inline bool needs_autograd(std::initializer_list<std::reference_wrapper<const at
 }
 
 // A call that autograd records. It resolves the fold cache's rule (common/fold_cache.h, "When
-// folds are cached") for the kernel below: the caller's cache_folds where given (ModelNew passes
-// true; false never caches), else (a raw op's default) no cache when a parameter (any tensor
-// argument but x) requires grad, for gradcheck perturbs weights through `.data` where no version
-// counter sees it. And for its lifetime it tells the planner whether the call trains its
-// weights (TrainingCall). Every Autograd kernel makes one around Function::apply.
+// folds are cached") for the kernel below: the caller's cache_folds where given, else no cache
+// when a parameter (any tensor argument but x) requires grad. And for its lifetime it tells the
+// planner whether the call trains its weights (TrainingCall). Every Autograd kernel makes one
+// around Function::apply, after checking the arguments itself: autograd's bookkeeping would
+// otherwise trip over a bad argument (an undefined tensor has no device) before the kernel's
+// own message.
 class RecordedCall {
  public:
   RecordedCall(std::optional<bool> cache_folds,
@@ -130,6 +132,15 @@ class BackwardByRecompute {
     inputs_.push_back(start);
     needed_.push_back(needed);
     return start;
+  }
+
+  // input(saved[i], i) for the first N saved inputs, whose positions among the forward's tensor
+  // arguments are their positions in `saved`.
+  template <size_t N>
+  std::array<at::Tensor, N> inputs(const torch::autograd::variable_list& saved) {
+    std::array<at::Tensor, N> started;
+    for (size_t i = 0; i < N; ++i) started[i] = input(saved[i], i);
+    return started;
   }
 
   // The vector-Jacobian product of the recomputed outputs with grad_outputs (the backward's

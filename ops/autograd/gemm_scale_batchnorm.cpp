@@ -2,8 +2,7 @@
 //
 // Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), and in
 // eval mode also running_mean and running_var: backward recomputes the reference chain
-// linear -> * scale -> batch_norm and differentiates it, so no (batch, out_features)
-// activation is kept between forward and backward.
+// linear -> * scale -> batch_norm (autograd/backward_by_recompute.h).
 //  - Training mode: batch_norm recomputes the batch statistics and backpropagates through them
 //    exactly as BatchNorm1d does. It is given no running statistics, so the backward never
 //    touches the real ones (the forward already updated them once). They are not saved either:
@@ -32,6 +31,15 @@ using autograd::BackwardByRecompute;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// After a training step, in both paths: the in-place update of the statistics is a new version,
+// as an in-place ATen op makes it (inference tensors have no version counter).
+void bump_versions(const at::Tensor& running_mean, const at::Tensor& running_var,
+                   const at::Tensor& num_batches_tracked) {
+  for (const at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked}) {
+    if (!t->is_inference()) torch::autograd::impl::bump_version(*t);
+  }
+}
+
 class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBatchnormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -50,8 +58,8 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
 
-    // The fused kernel, reached through the dispatcher below this Autograd kernel. The handles
-    // are copied only because the API takes the mutated tensors by non-const reference.
+    // The handles are copied only because the API takes the mutated tensors by non-const
+    // reference.
     at::Tensor mean_to_update = running_mean;
     at::Tensor var_to_update = running_var;
     at::Tensor count_to_update = num_batches_tracked;
@@ -62,11 +70,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
                                            mean_to_update, var_to_update, count_to_update,
                                            training, momentum, eps, cache_folds, numerics);
     }
-    if (training) {
-      torch::autograd::impl::bump_version(running_mean);
-      torch::autograd::impl::bump_version(running_var);
-      torch::autograd::impl::bump_version(num_batches_tracked);
-    }
+    if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     return out;
   }
 
@@ -76,12 +80,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     const double eps = ctx->saved_data["eps"].toDouble();
 
     BackwardByRecompute recompute(ctx);
-    const at::Tensor x = recompute.input(saved[0], 0);
-    const at::Tensor weight = recompute.input(saved[1], 1);
-    const at::Tensor bias = recompute.input(saved[2], 2);
-    const at::Tensor scale = recompute.input(saved[3], 3);
-    const at::Tensor bn_weight = recompute.input(saved[4], 4);
-    const at::Tensor bn_bias = recompute.input(saved[5], 5);
+    const auto [x, weight, bias, scale, bn_weight, bn_bias] = recompute.inputs<6>(saved);
     // The running statistics are constants of the eval-mode chain (never differentiated).
     const at::Tensor running_mean = training ? at::Tensor() : saved[6].detach();
     const at::Tensor running_var = training ? at::Tensor() : saved[7].detach();
@@ -118,17 +117,10 @@ at::Tensor gemm_scale_batchnorm_autograd(const at::Tensor& x, const at::Tensor& 
                                            running_mean, running_var, num_batches_tracked,
                                            training, momentum, eps, cache_folds, numerics);
     }
-    if (training) {
-      // As in the recorded path: the in-place update of the statistics is a new version
-      // (inference tensors have no version counter).
-      for (const at::Tensor* t : {&running_mean, &running_var, &num_batches_tracked}) {
-        if (!t->is_inference()) torch::autograd::impl::bump_version(*t);
-      }
-    }
+    if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     return out;
   }
-  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
-  // undefined tensor has no device) before the kernel's own message.
+  // Checked here first (see RecordedCall).
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training, eps);
   // And before the kernel updates the running statistics: what autograd saves (forward above)

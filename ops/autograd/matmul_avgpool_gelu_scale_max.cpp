@@ -2,10 +2,9 @@
 //
 // matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the two non-tensor arguments):
 // backward recomputes the reference chain linear -> avg_pool1d -> gelu -> * scale_factor ->
-// max(dim=1) and differentiates it, so no (batch, out_features) activation is kept between
-// forward and backward. The max's gradient goes to the argmax of that recomputed chain (the
-// first index on a tie), exactly as torch.max in the reference routes it; the last
-// out_features % k features, which the pooling drops, get zero gradient.
+// max(dim=1) (autograd/backward_by_recompute.h). The max's gradient goes to the argmax of that
+// recomputed chain (the first index on a tie), exactly as torch.max in the reference routes
+// it; the last out_features % k features, which the pooling drops, get zero gradient.
 //
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
@@ -36,7 +35,6 @@ class MatmulAvgpoolGeluScaleMaxFunction
     autograd::keep_linear_inputs(ctx, x, weight, bias);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
-    // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
                                                    scale_factor, cache_folds, numerics);
@@ -48,9 +46,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
     const double scale_factor = ctx->saved_data["scale_factor"].toDouble();
 
     BackwardByRecompute recompute(ctx);
-    const at::Tensor x = recompute.input(saved[0], 0);
-    const at::Tensor weight = recompute.input(saved[1], 1);
-    const at::Tensor bias = recompute.input(saved[2], 2);
+    const auto [x, weight, bias] = recompute.inputs<3>(saved);
     // The reference's forward, op for op (Model98 in models/fusedops/reference.py).
     const at::Tensor y = at::linear(x, weight, bias);
     const at::Tensor pooled = at::avg_pool1d(y.unsqueeze(1), {pool_kernel_size}).squeeze(1);
@@ -80,8 +76,7 @@ class AvgpoolFoldLinearFunction : public torch::autograd::Function<AvgpoolFoldLi
     const int64_t k = ctx->saved_data["pool_kernel_size"].toInt();
 
     BackwardByRecompute recompute(ctx);
-    const at::Tensor weight = recompute.input(saved[0], 0);
-    const at::Tensor bias = recompute.input(saved[1], 1);
+    const auto [weight, bias] = recompute.inputs<2>(saved);
     const int64_t pooled = weight.size(0) / k;
     // Rows r*k .. r*k+k-1 average into pooled row r; the last out % k rows are dropped.
     const at::Tensor pooled_weight =
@@ -102,8 +97,7 @@ at::Tensor matmul_avgpool_gelu_scale_max_autograd(const at::Tensor& x, const at:
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
                                                    scale_factor, cache_folds, numerics);
   }
-  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
-  // undefined tensor has no device) before the kernel's own message.
+  // Checked here first (see RecordedCall).
   checks::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size);
   const autograd::RecordedCall call(cache_folds, {weight, bias});
   return MatmulAvgpoolGeluScaleMaxFunction::apply(x, weight, bias, pool_kernel_size,

@@ -1,9 +1,9 @@
 // Autograd for model 62 (Matmul_GroupNorm_LeakyReLU_Sum).
 //
 // Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope):
-// backward recomputes the reference chain linear -> group_norm -> leaky_relu -> v + v and
-// differentiates it, so no (batch, hidden) activation is kept between forward and backward,
-// and the group statistics' terms of the gradient are GroupNorm's own.
+// backward recomputes the reference chain linear -> group_norm -> leaky_relu -> v + v
+// (autograd/backward_by_recompute.h): the group statistics' terms of the gradient are
+// GroupNorm's own.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -33,7 +33,6 @@ class MatmulGroupnormLeakyreluSumFunction
     ctx->saved_data["num_groups"] = num_groups;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["negative_slope"] = negative_slope;
-    // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
                                                     gn_bias, eps, negative_slope, cache_folds,
@@ -47,12 +46,7 @@ class MatmulGroupnormLeakyreluSumFunction
     const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
 
     BackwardByRecompute recompute(ctx);
-    // Tensor arguments in order: x, weight, bias, gn_weight, gn_bias.
-    const at::Tensor x = recompute.input(saved[0], 0);
-    const at::Tensor weight = recompute.input(saved[1], 1);
-    const at::Tensor bias = recompute.input(saved[2], 2);
-    const at::Tensor gn_weight = recompute.input(saved[3], 3);
-    const at::Tensor gn_bias = recompute.input(saved[4], 4);
+    const auto [x, weight, bias, gn_weight, gn_bias] = recompute.inputs<5>(saved);
     // The reference's forward, op for op (Model62 in models/fusedops/reference.py). In the
     // autocast form group_norm ran in float32 (an autocast float32 op) on the widened output.
     const at::Tensor y =
@@ -83,8 +77,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autograd(const at::Tensor& x, const at
                                                     gn_bias, eps, negative_slope, cache_folds,
                                                     numerics);
   }
-  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
-  // undefined tensor has no device) before the kernel's own message.
+  // Checked here first (see RecordedCall).
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
   const autograd::RecordedCall call(cache_folds, {weight, bias, gn_weight, gn_bias});
   return MatmulGroupnormLeakyreluSumFunction::apply(x, weight, bias, num_groups, gn_weight,

@@ -1,11 +1,10 @@
 // Autograd for model 18 (Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp) and its fold helper.
 //
 // matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight and bias: backward recomputes the
-// reference chain linear -> sum(dim=1) -> max -> mean -> logsumexp -> logsumexp and
-// differentiates it, so no (batch, out_features) activation is kept between forward and
-// backward. The tail acts on a size-1 dim and its gradient is the identity for a finite sum;
-// it is recomputed anyway (on (batch, 1) tensors: free) so that a row whose sum is +-inf or
-// NaN gets the reference's NaN gradient from logsumexp, not a silently finite one.
+// reference chain linear -> sum(dim=1) -> max -> mean -> logsumexp -> logsumexp
+// (autograd/backward_by_recompute.h). The tail acts on a size-1 dim and its gradient is the
+// identity for a finite sum; it is recomputed anyway (on (batch, 1) tensors: free) so that a
+// row whose sum is +-inf or NaN gets the reference's NaN gradient from logsumexp.
 //
 // sum_fold_linear saves weight and bias: it is linear in them (column sums, bias sum).
 #include <ATen/ATen.h>
@@ -32,7 +31,6 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
                             const at::Tensor& bias, bool cache_folds,
                             c10::string_view numerics) {
     autograd::keep_linear_inputs(ctx, x, weight, bias);
-    // The fused kernel, reached through the dispatcher below this Autograd kernel.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
                                                                  numerics);
@@ -41,9 +39,7 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = autograd::kept_linear_inputs(ctx);
     BackwardByRecompute recompute(ctx);
-    const at::Tensor x = recompute.input(saved[0], 0);
-    const at::Tensor weight = recompute.input(saved[1], 1);
-    const at::Tensor bias = recompute.input(saved[2], 2);
+    const auto [x, weight, bias] = recompute.inputs<3>(saved);
     // The reference's forward, op for op (Model18 in models/fusedops/reference.py).
     at::Tensor out = at::linear(x, weight, bias).sum(1, /*keepdim=*/true);
     out = std::get<0>(out.max(1, /*keepdim=*/true));
@@ -70,8 +66,7 @@ class SumFoldLinearFunction : public torch::autograd::Function<SumFoldLinearFunc
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
     BackwardByRecompute recompute(ctx);
-    const at::Tensor weight = recompute.input(saved[0], 0);
-    const at::Tensor bias = recompute.input(saved[1], 1);
+    const auto [weight, bias] = recompute.inputs<2>(saved);
     return recompute.gradients({weight.sum(0), bias.sum()}, grad_outputs);
   }
 };
@@ -86,8 +81,7 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autograd(const at::Tensor&
     return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
                                                                  numerics);
   }
-  // Checked here first: autograd's bookkeeping would otherwise trip over a bad argument (an
-  // undefined tensor has no device) before the kernel's own message.
+  // Checked here first (see RecordedCall).
   checks::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias);
   const autograd::RecordedCall call(cache_folds, {weight, bias});
   return MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction::apply(x, weight, bias,

@@ -32,12 +32,29 @@ inline at::Tensor linear_in(at::ScalarType acc, const at::Tensor& x, const at::T
   return y.is_contiguous() ? y : y.contiguous();
 }
 
-// The unfolded Linear, x[rows] W^T + b, in x_acc's (the accumulation) dtype: (rows, out).
 // The weight folds of models 98 and 18 reassociate sums, which is exact for finite values but
 // not for inf and NaN (inf * w_a + inf * w_b with mixed signs is NaN unfolded, +-inf folded).
-// Rows whose folded result is not finite are recomputed here, the reference's way. Plain
-// loops, not a BLAS call: a BLAS kernel's handling of inf/NaN depends on its blocking (seen to
-// differ between machines for the same call), plain IEEE arithmetic does not.
+// So their kernels finish each row from the fold where its result is finite, and recompute the
+// other rows unfolded, the reference's way: rows_not_finished, then linear_of_rows.
+
+// Runs finish_row(i) for every i in [0, count) (in parallel, `grain` indices a task) and
+// returns, in order, the rows for which it returned false.
+template <typename F>
+std::vector<int64_t> rows_not_finished(int64_t count, int64_t grain, const F& finish_row) {
+  std::vector<char> unfinished(count, 0);
+  at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) unfinished[i] = !finish_row(i);
+  });
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < count; ++i) {
+    if (unfinished[i]) rows.push_back(i);
+  }
+  return rows;
+}
+
+// The unfolded Linear, x[rows] W^T + b, in x_acc's (the accumulation) dtype: (rows, out).
+// Plain loops, not a BLAS call: a BLAS kernel's handling of inf/NaN depends on its blocking
+// (seen to differ between machines for the same call), plain IEEE arithmetic does not.
 inline at::Tensor linear_of_rows(const at::Tensor& x_acc, const at::Tensor& weight,
                                  const at::Tensor& bias, const std::vector<int64_t>& rows) {
   const at::ScalarType acc = x_acc.scalar_type();

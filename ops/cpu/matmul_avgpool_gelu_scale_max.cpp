@@ -143,7 +143,6 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
   plan::check_cpu_call("matmul_avgpool_gelu_scale_max", x.scalar_type());
   const at::ScalarType acc_dtype = at::toOpMathType(x.scalar_type());
   const bool eager = rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype);
-  // Folding reads all of W (out x in); cached, a steady-state call skips it.
   const FoldTensors fold =
       fold_weights(kAvgPoolLinearFold, pool_kernel_size, {weight, bias}, cache_folds,
                    [&] { return fold_avgpool_linear(weight, bias, pool_kernel_size, acc_dtype); });
@@ -164,22 +163,14 @@ at::Tensor matmul_avgpool_gelu_scale_max_cpu(const at::Tensor& x, const at::Tens
         const acc_t scale = static_cast<acc_t>(scale_factor);
         // A non-finite pooled value means an inf or NaN in x or W (or an overflow): the fold
         // may have changed it, so that row is redone unfolded below.
-        std::vector<char> needs_unfolded(batch, 0);
-        at::parallel_for(0, batch, cpu::grain_for(pooled_width), [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            const acc_t* row = p + i * pooled_width;
-            if (!all_finite(row, pooled_width)) {
-              needs_unfolded[i] = 1;
-              continue;
-            }
-            o[i] =
-                static_cast<scalar_t>(scaled_gelu_max<scalar_t>(row, pooled_width, scale, eager));
-          }
-        });
-        std::vector<int64_t> rows;
-        for (int64_t i = 0; i < batch; ++i) {
-          if (needs_unfolded[i]) rows.push_back(i);
-        }
+        const std::vector<int64_t> rows =
+            cpu::rows_not_finished(batch, cpu::grain_for(pooled_width), [&](int64_t i) {
+              const acc_t* row = p + i * pooled_width;
+              if (!all_finite(row, pooled_width)) return false;
+              o[i] = static_cast<scalar_t>(
+                  scaled_gelu_max<scalar_t>(row, pooled_width, scale, eager));
+              return true;
+            });
         if (!rows.empty()) {
           unfolded_rows<scalar_t>(x_acc, weight, bias, pool_kernel_size, scale_factor, eager, rows,
                                  o);

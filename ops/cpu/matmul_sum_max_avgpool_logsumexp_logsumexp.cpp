@@ -137,7 +137,6 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
   if (rounds_intermediates(numerics_mode, x.scalar_type() != acc_dtype)) {
     return eager_linear_sum(x, weight, bias);
   }
-  // Folding reads all of W (out x in), the matvec only x: cached, a steady-state call skips it.
   // The fold stays in double so that float32 results carry no fold rounding.
   const FoldTensors fold =
       fold_weights(kSumLinearFold, 0, {weight, bias}, cache_folds,
@@ -157,22 +156,14 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_cpu(const at::Tensor& x,
         // An inf or NaN in x (or W) makes the folded sum non-finite, and the fold may have
         // changed which one it is; a sum past the output dtype's range may be an overflow the
         // reference sees differently. Those rows are redone unfolded below.
-        std::vector<char> needs_unfolded(batch, 0);
-        at::parallel_for(0, batch, cpu::grain_for(in_features), [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            const scalar_t sum = static_cast<scalar_t>(
-                dot_in_double(x_data + i * in_features, column_sums, in_features) + bias_sum);
-            if (!std::isfinite(static_cast<double>(sum))) {
-              needs_unfolded[i] = 1;
-              continue;
-            }
-            o[i] = sum;
-          }
-        });
-        std::vector<int64_t> rows;
-        for (int64_t i = 0; i < batch; ++i) {
-          if (needs_unfolded[i]) rows.push_back(i);
-        }
+        const std::vector<int64_t> rows =
+            cpu::rows_not_finished(batch, cpu::grain_for(in_features), [&](int64_t i) {
+              const scalar_t sum = static_cast<scalar_t>(
+                  dot_in_double(x_data + i * in_features, column_sums, in_features) + bias_sum);
+              if (!std::isfinite(static_cast<double>(sum))) return false;
+              o[i] = sum;
+              return true;
+            });
         if (rows.empty()) return;
 
         using acc_t = at::opmath_type<scalar_t>;

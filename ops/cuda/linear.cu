@@ -107,10 +107,7 @@ LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at
     case Route::kFp16x3SplitK:
     case Route::kFp16x1:
     case Route::kFp16x1SplitK: {
-      const auto products = route == Route::kFp16x1 || route == Route::kFp16x1SplitK
-                                ? gemm::Products::kOne
-                                : gemm::Products::kThree;
-      if (!gemm::linear_nt_3xfp16(x, weight, weight_key, cache_folds, products,
+      if (!gemm::linear_nt_3xfp16(x, weight, weight_key, cache_folds, *plan::fp16_products(route),
                                   planned.request.device.sm_count, y)) {
         return run_fallback(planned, x, weight, bias, weight_key, cache_folds,
                             kWeightRefused3xFp16);

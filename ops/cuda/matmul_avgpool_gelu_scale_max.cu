@@ -47,14 +47,12 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   needs.folded_weight = true;
   const cuda::PlannedLinear planned =
       cuda::plan_linear(needs, xc, pooled_weight, mode, cache_folds);
-  if (planned.plan.route == plan::Route::kFp16x3Fused ||
-      planned.plan.route == plan::Route::kFp16x1Fused) {
-    const auto products = planned.plan.route == plan::Route::kFp16x1Fused
-                              ? cuda::gemm::Products::kOne
-                              : cuda::gemm::Products::kThree;
+  // A fused route of the 3xFP16 engine, in any of its forms: the epilogue sums its partials.
+  const auto products = plan::fp16_products(planned.plan.route);
+  if (products && plan::fused_route(planned.plan.route)) {
     cuda::gemm::Partials3xFp16 partials;
     if (cuda::gemm::linear_nt_3xfp16_partials(xc, pooled_weight, pooled_weight, cache_folds,
-                                              products, planned.request.device.sm_count,
+                                              *products, planned.request.device.sm_count,
                                               partials)) {
       cuda::gelu_scale_max_partials(partials, pooled_weight, args, out);
       return out;

@@ -24,8 +24,8 @@ struct ScaleBatchNorm {
     return (y + static_cast<y_t>(bias)) * static_cast<y_t>(scale);
   }
 
-  // A column's multiplier: on CUDA 1 / sqrt(var + eps) times gamma (and the scale, where the
-  // statistics are y's), on the CPU gamma / sqrt(var + eps).
+  // A column's multiplier (the two orders above); on CUDA also times the scale, where the
+  // statistics are y's.
   C10_HOST_DEVICE static double invstd(double var, double eps) {
     return 1.0 / std::sqrt(var + eps);
   }

@@ -21,7 +21,6 @@ at::Tensor gemm_scale_batchnorm_meta(const at::Tensor& x, const at::Tensor& weig
   parse_numerics("gemm_scale_batchnorm", numerics);
   checks::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias, running_mean,
                                running_var, num_batches_tracked, training, eps);
-  // float32 in the autocast form (common/checks.h), else x's dtype.
   return at::empty_symint({x.sym_size(0), weight.sym_size(0)},
                           x.options().dtype(checks::params_dtype(x, bias)));
 }

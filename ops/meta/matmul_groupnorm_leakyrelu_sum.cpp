@@ -18,7 +18,6 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_meta(const at::Tensor& x, const at::Te
   // Checked here too: a bad value fails when traced, not first when run.
   parse_numerics("matmul_groupnorm_leakyrelu_sum", numerics);
   checks::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight, gn_bias);
-  // float32 in the autocast form (common/checks.h), else x's dtype.
   return at::empty_symint({x.sym_size(0), weight.sym_size(0)},
                           x.options().dtype(checks::params_dtype(x, bias)));
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "cuda/gemm/heuristics.h"
 
@@ -28,6 +29,7 @@ const char* route_name(Route route) {
     case Route::kFp16x1: return "1xfp16";
     case Route::kFp16x1SplitK: return "1xfp16-splitk";
     case Route::kFp16x1Fused: return "1xfp16-fused";
+    case Route::kFp16x2Fused: return "2xfp16-fused";
     case Route::kTf32x3: return "3xtf32";
     case Route::kSgemm: return "sgemm";
     case Route::kTf32: return "tf32";
@@ -101,7 +103,7 @@ bool fuses(Route route, const GemmRequest& r) {
   if (r.epilogue != Epilogue::kColumnMoments) return true;
   if (r.m <= r.one_pass_rows || r.n % 4 != 0) return false;
   return route != Route::kFp16x1Fused ||
-         !cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, /*one_product=*/true,
+         !cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, cuda::gemm::Products::kOne,
                                          /*partials=*/false, r.device.sm_count).split();
 }
 
@@ -154,19 +156,24 @@ Plan plan_fp32_exact(const GemmRequest& r, const Settings& s) {
 Plan plan_float32(const GemmRequest& r, const Settings& s) {
   Plan p;
   switch (r.precision) {
-    case MatmulPrecision::kTf32:
+    case MatmulPrecision::kTf32: {
       // TF32 allowed: on Hopper, where the 3xFP16 engine runs, its main term alone rounds each
       // operand as TF32 does (11 significant bits, per-row scales keeping fp16's range) at
       // twice TF32's rate; its guard and weight check send what fp16 cannot carry to exact
       // paths, a refused weight to TF32 (tests/python/test_tf32.py: its error against float64
       // is no larger than PyTorch's TF32's). Elsewhere, or small: the very GEMM PyTorch's own
-      // matmul runs (cuBLASLt with its heuristics).
-      // A folded weight (GemmRequest::folded_weight) measured up to 1.11x PyTorch's TF32 error
-      // under TF32 (tests/python/test_tf32.py): where the one-product route does not run it
-      // stays float32-exact, and a weight that route refuses runs SGEMM.
-      if (large_for_fp16_engine(r) && why_not_3xfp16(r) == nullptr) {
-        p = {Route::kFp16x1, r.folded_weight ? Route::kSgemm : Route::kTf32,
+      // matmul runs (cuBLASLt with its heuristics). A folded weight (GemmRequest::folded_weight)
+      // rounded as TF32 rounds it is less accurate than PyTorch's TF32: the fused route adds
+      // x_hi W_lo (two products), which keeps the fold exact; elsewhere it stays float32-exact,
+      // and a weight the engine refuses runs SGEMM.
+      const bool engine = large_for_fp16_engine(r) && why_not_3xfp16(r) == nullptr;
+      if (engine && !r.folded_weight) {
+        p = {Route::kFp16x1, Route::kTf32,
              "TF32 allowed (\"high\"): one fp16 product on Hopper, TF32's rounding"};
+      } else if (engine && fuses(Route::kFp16x2Fused, r)) {
+        return {Route::kFp16x2Fused, Route::kSgemm,
+                "TF32 allowed (\"high\"), a folded weight: x rounded as TF32 rounds it, the "
+                "fold exact (two fp16 products on Hopper)"};
       } else if (r.folded_weight) {
         p = plan_fp32_exact(r, s);
         p.why = "TF32 allowed, but TF32 on a folded weight is less accurate than PyTorch's "
@@ -175,6 +182,7 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
         p = {Route::kTf32, Route::kNone, "TF32 allowed (float32 matmul precision \"high\")"};
       }
       break;
+    }
     case MatmulPrecision::kBf16:
       return {Route::kBf16x, Route::kNone,
               "bfloat16 products allowed (float32 matmul precision \"medium\")"};
@@ -298,8 +306,8 @@ void name_fp16_engine_route(const GemmRequest& r, Plan& p) {
     }
     return;
   }
-  if (cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, one, /*partials=*/false, r.device.sm_count)
-          .split()) {
+  if (cuda::gemm::fp16_engine_slices(r.m, r.n, r.k, *fp16_products(p.route), /*partials=*/false,
+                                     r.device.sm_count).split()) {
     p.route = one ? Route::kFp16x1SplitK : Route::kFp16x3SplitK;
   }
 }
@@ -314,7 +322,8 @@ bool hosts(Route route, Epilogue e) {
     case Route::kSkinnyHalfFused:
     case Route::kSkinny3xFp16Fused:
       return e == Epilogue::kGroupStatistics || e == Epilogue::kColumnAffine;
-    case Route::kFp16x3Fused: return e == Epilogue::kRowReduction;
+    case Route::kFp16x3Fused:
+    case Route::kFp16x2Fused: return e == Epilogue::kRowReduction;
     case Route::kFp16x1Fused:
       return e == Epilogue::kRowReduction || e == Epilogue::kColumnMoments;
     default: return false;
@@ -324,7 +333,21 @@ bool hosts(Route route, Epilogue e) {
 bool fused_route(Route route) {
   return route == Route::kFoldedMatvec || route == Route::kSm90HalfFused ||
          route == Route::kSkinnyHalfFused || route == Route::kSkinny3xFp16Fused ||
-         route == Route::kFp16x3Fused || route == Route::kFp16x1Fused;
+         route == Route::kFp16x3Fused || route == Route::kFp16x2Fused ||
+         route == Route::kFp16x1Fused;
+}
+
+std::optional<cuda::gemm::Products> fp16_products(Route route) {
+  switch (route) {
+    case Route::kFp16x3:
+    case Route::kFp16x3SplitK:
+    case Route::kFp16x3Fused: return cuda::gemm::Products::kThree;
+    case Route::kFp16x2Fused: return cuda::gemm::Products::kTwo;
+    case Route::kFp16x1:
+    case Route::kFp16x1SplitK:
+    case Route::kFp16x1Fused: return cuda::gemm::Products::kOne;
+    default: return std::nullopt;
+  }
 }
 
 Plan plan_gemm(const GemmRequest& r) {

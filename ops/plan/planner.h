@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "common/numerics.h"
+#include "cuda/gemm/heuristics.h"
 #include "plan/route.h"
 #include "plan/settings.h"
 
@@ -95,6 +97,9 @@ Plan plan_gemm(const GemmRequest& request);
 // is fused (the operator's file runs it; ops/cuda/linear.cu runs the others).
 bool hosts(Route route, Epilogue epilogue);
 bool fused_route(Route route);
+
+// The products the 3xFP16 engine sums on one of its routes; none for another engine's route.
+std::optional<cuda::gemm::Products> fp16_products(Route route);
 
 // Thresholds of the rules, exposed for the table test. Why each value: planner.cpp.
 inline constexpr int64_t kMaxSkinnyRows = 4;

@@ -31,6 +31,9 @@ enum class Route : uint8_t {
   kFp16x1SplitK,    // ... with K split into slices, as kFp16x3SplitK
   kFp16x1Fused,     // ... its K-slice partials summed by a row-reduction epilogue, or y with
                     // each row tile's column moments from the GEMM's epilogue
+  kFp16x2Fused,     // TF32 allowed, a folded weight, on Hopper: the main term and x_hi W_lo (x
+                    // rounded as TF32 rounds it, the fold exact), its K-slice partials summed
+                    // by a row-reduction epilogue
   kTf32x3,          // float32-accurate: three TF32 products, cuBLAS (gemm/tf32x3.h)
   kSgemm,           // float32 on the CUDA cores: cuBLAS SGEMM, IEEE semantics
   kTf32,            // TF32 allowed by the user: ATen's own matmul

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace fusedops::plan {
@@ -18,15 +19,17 @@ void fail(Settings& s, const char* name, const char* allowed, const char* value)
   }
 }
 
+// The value of setting `name` among its spellings; unset, or bad (recorded in s), the first.
 template <class Enum, size_t N>
-Enum parse_choice(Settings& s, const char* name, const char* value, const char* allowed,
-                  const char* const (&names)[N], const Enum (&values)[N], Enum fallback) {
-  if (value == nullptr) return fallback;
-  for (size_t i = 0; i < N; ++i) {
-    if (std::strcmp(value, names[i]) == 0) return values[i];
+Enum parse_choice(Settings& s, EnvLookup lookup, void* context, const char* name,
+                  const char* allowed, const std::pair<const char*, Enum> (&choices)[N]) {
+  const char* value = lookup(name, context);
+  if (value == nullptr) return choices[0].second;
+  for (const auto& [spelling, choice] : choices) {
+    if (std::strcmp(value, spelling) == 0) return choice;
   }
   fail(s, name, allowed, value);
-  return fallback;
+  return choices[0].second;
 }
 
 const char* real_getenv(const char* name, void*) { return std::getenv(name); }
@@ -35,21 +38,14 @@ const char* real_getenv(const char* name, void*) { return std::getenv(name); }
 
 Settings parse_settings(EnvLookup lookup, void* context) {
   Settings s;
-  {
-    static const char* const names[] = {"auto", "ieee", "3xtf32", "3xfp16"};
-    static const Fp32GemmSetting values[] = {Fp32GemmSetting::kAuto, Fp32GemmSetting::kIeee,
-                                             Fp32GemmSetting::k3xTf32, Fp32GemmSetting::k3xFp16};
-    s.fp32_gemm = parse_choice(s, "FUSEDOPS_FP32_GEMM", lookup("FUSEDOPS_FP32_GEMM", context),
-                               "auto, ieee, 3xtf32 or 3xfp16", names, values,
-                               Fp32GemmSetting::kAuto);
-  }
-  {
-    static const char* const names[] = {"auto", "cublas", "fused"};
-    static const HalfGemmSetting values[] = {HalfGemmSetting::kAuto, HalfGemmSetting::kCublas,
-                                             HalfGemmSetting::kFused};
-    s.half_gemm = parse_choice(s, "FUSEDOPS_HALF_GEMM", lookup("FUSEDOPS_HALF_GEMM", context),
-                               "auto, cublas or fused", names, values, HalfGemmSetting::kAuto);
-  }
+  s.fp32_gemm = parse_choice<Fp32GemmSetting>(
+      s, lookup, context, "FUSEDOPS_FP32_GEMM", "auto, ieee, 3xtf32 or 3xfp16",
+      {{"auto", Fp32GemmSetting::kAuto}, {"ieee", Fp32GemmSetting::kIeee},
+       {"3xtf32", Fp32GemmSetting::k3xTf32}, {"3xfp16", Fp32GemmSetting::k3xFp16}});
+  s.half_gemm = parse_choice<HalfGemmSetting>(
+      s, lookup, context, "FUSEDOPS_HALF_GEMM", "auto, cublas or fused",
+      {{"auto", HalfGemmSetting::kAuto}, {"cublas", HalfGemmSetting::kCublas},
+       {"fused", HalfGemmSetting::kFused}});
   if (const char* chunk = lookup("FUSEDOPS_3XTF32_CHUNK", context)) {
     char* end = nullptr;
     const long long v = std::strtoll(chunk, &end, 10);
@@ -59,18 +55,10 @@ Settings parse_settings(EnvLookup lookup, void* context) {
       s.tf32x3_chunk = v;
     }
   }
-  {
-    static const char* const names[] = {"", "routes"};
-    static const bool values[] = {false, true};
-    s.log_routes = parse_choice(s, "FUSEDOPS_LOG", lookup("FUSEDOPS_LOG", context),
-                                "empty or routes", names, values, false);
-  }
-  {
-    static const char* const names[] = {"0", "1"};
-    static const bool values[] = {false, true};
-    s.check_folds = parse_choice(s, "FUSEDOPS_CHECK_FOLDS", lookup("FUSEDOPS_CHECK_FOLDS", context),
-                                 "0 or 1", names, values, false);
-  }
+  s.log_routes = parse_choice<bool>(s, lookup, context, "FUSEDOPS_LOG", "empty or routes",
+                                    {{"", false}, {"routes", true}});
+  s.check_folds = parse_choice<bool>(s, lookup, context, "FUSEDOPS_CHECK_FOLDS", "0 or 1",
+                                     {{"0", false}, {"1", true}});
   return s;
 }
 
@@ -107,11 +95,6 @@ void reload_settings() {
     table = install(parse_settings(real_getenv, nullptr));
   }
   TORCH_CHECK(table->error.empty(), table->error);
-}
-
-void check_settings() {
-  const Settings& s = settings();
-  TORCH_CHECK(s.error.empty(), s.error);
 }
 
 void check_cpu_call(const char* op, c10::ScalarType dtype) {

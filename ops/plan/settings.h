@@ -12,9 +12,9 @@
 //
 // The environment is read once, at the first call that needs it; reload_settings() (Python:
 // fusedops.reload_settings()) reads it again after a change. A bad value is an error naming the
-// variable, the allowed values and the value given: from reload_settings() and check_settings()
-// at once (`import fusedops` and fusedops_app call them when they start), and from every
-// operator call, CPU or CUDA, while it stays. A setting that forces a CUDA GEMM
+// variable, the allowed values and the value given: from reload_settings() at once (`import
+// fusedops` and fusedops_app call it when they start), and from every operator call, CPU or
+// CUDA, while it stays. A setting that forces a CUDA GEMM
 // (FUSEDOPS_FP32_GEMM=3xtf32|3xfp16, FUSEDOPS_HALF_GEMM=cublas|fused) is an error at a CPU call
 // it would apply to (check_cpu_call). Nothing throws while the library loads: a C++ host that
 // loads it (Triton's LD_PRELOAD) gets the error at its first call, not a crash.
@@ -51,11 +51,8 @@ const Settings& settings();
 // Reads the environment again; calls already running keep the table they started with.
 // Throws c10::Error for a bad value (the new table is in force all the same: calls fail too).
 void reload_settings();
-// Throws c10::Error for a bad value in the table in force.
-void check_settings();
-// Before a CPU kernel runs an operator of this dtype: check_settings(), and no setting that
-// forces a CUDA GEMM on it (the CPU kernels compute exactly; a forced route that cannot run
-// is an error, never a silent fallback).
+// Before a CPU kernel runs an operator of this dtype: throws c10::Error for a bad value in the
+// table in force, or a setting that forces a CUDA GEMM on it (the CPU kernels compute exactly).
 void check_cpu_call(const char* op, c10::ScalarType dtype);
 
 }  // namespace fusedops::plan

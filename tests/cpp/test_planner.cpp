@@ -123,7 +123,8 @@ const std::vector<Row> kTable = {
     {"TF32 allowed on A100: TF32", k62, f32, acc, tf32, &kAuto, kA100, 1024, 8192, 8192, true, true, Route::kTf32, none},
     {"TF32 allowed, 64 rows: TF32", k39, f32, acc, tf32, &kAuto, kH100, 64, 8192, 8192, true, false, Route::kTf32, none},
     {"TF32 allowed, N not a multiple of 4: TF32", k39, f32, acc, tf32, &kAuto, kH100, 1024, 8190, 8192, true, false, Route::kTf32, none},
-    {"TF32 allowed, 98 on H100: fused", k98, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kFp16x1Fused, Route::kSgemm},
+    {"TF32 allowed, 98 on H100: two products, fused", k98, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, true, Route::kFp16x2Fused, Route::kSgemm},
+    {"TF32 allowed, 98 unfused: float32-exact", k98, f32, acc, tf32, &kAuto, kH100, 1024, 512, 8192, true, false, Route::kFp16x3SplitK, Route::kSgemm},
     {"TF32 allowed, 98 small: float32-exact", k98, f32, acc, tf32, &kAuto, kH100, 257, 512, 1001, true, true, Route::kSgemm, none},
     {"TF32 allowed, 98 on A100: float32-exact", k98, f32, acc, tf32, &kAuto, kA100, 1024, 512, 8192, true, true, Route::kSgemm, none},
     {"TF32 allowed, 2 rows: skinny", k62, f32, acc, tf32, &kAuto, kH100, 2, 8192, 8192, true, true, Route::kSkinny, none},
@@ -267,7 +268,8 @@ TEST(Planner, Table) {
 // whose epilogue a route does not host never gets it.
 TEST(Planner, EpiloguesMatchWhatEnginesHost) {
   const Route fused[] = {Route::kFoldedMatvec, Route::kSm90HalfFused, Route::kSkinnyHalfFused,
-                         Route::kSkinny3xFp16Fused, Route::kFp16x3Fused, Route::kFp16x1Fused};
+                         Route::kSkinny3xFp16Fused, Route::kFp16x3Fused, Route::kFp16x2Fused,
+                         Route::kFp16x1Fused};
   const Epilogue all[] = {Epilogue::kNone, Epilogue::kRowSum, Epilogue::kRowReduction,
                           Epilogue::kColumnAffine, Epilogue::kGroupStatistics,
                           Epilogue::kColumnMoments};
@@ -305,9 +307,23 @@ TEST(Heuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(128, 128, 8 * 64, 128, 132), 1);    // 8 steps: a slice needs 8
   EXPECT_EQ(split_k_slices(128, 128, 33 * 64, 128, 132), 3);   // 33 steps: 3 divides, 4 not
   EXPECT_EQ(split_k_slices(1024, 512, 8192, 128, 32), 1);      // 32 tiles fill 32 SMs
-  const auto s = cuda::gemm::fp16_engine_slices(65, 4104, 2056, false, false, 132);
+  using cuda::gemm::Products;
+  const auto s = cuda::gemm::fp16_engine_slices(65, 4104, 2056, Products::kThree, false, 132);
   EXPECT_TRUE(s.split());
   EXPECT_EQ(s.main, 3);  // 33 tiles of 128, K padded to 33 steps
+  // The cross GEMM's K: 2 kp for three products (256 steps: 8 slices), kp for two (128 steps:
+  // 8), none for one.
+  const auto three = cuda::gemm::fp16_engine_slices(1024, 512, 8192, Products::kThree, true, 132);
+  const auto two = cuda::gemm::fp16_engine_slices(1024, 512, 8192, Products::kTwo, true, 132);
+  const auto one = cuda::gemm::fp16_engine_slices(1024, 512, 8192, Products::kOne, true, 132);
+  EXPECT_EQ(three.cross, 8);
+  EXPECT_EQ(two.cross, 8);
+  EXPECT_EQ(one.cross, 0);
+  EXPECT_EQ(three.main, two.main);
+  // 33 K steps: two products' cross GEMM takes 3 slices (its 33 steps), three products' 6 (66).
+  EXPECT_EQ(cuda::gemm::fp16_engine_slices(1024, 512, 64 * 33, Products::kTwo, true, 132).cross, 3);
+  EXPECT_EQ(cuda::gemm::fp16_engine_slices(1024, 512, 64 * 33, Products::kThree, true, 132).cross,
+            6);
 }
 
 // A forced route that cannot run is an error naming the setting and why, never a fallback.
@@ -487,28 +503,29 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                     EXPECT_NE(r, Route::kTf32);
                     EXPECT_NE(r, Route::kBf16x);
                   }
+                  const auto products = plan::fp16_products(r);
+                  const bool engine = products.has_value();
                   if (dtype == f32 && precision == tf32) {
-                    // Model 98 never runs TF32 on its pooled weight (planner.cpp).
-                    const bool exact98 = op == k98 && r != Route::kTf32;
-                    EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny || pairs ||
-                                r == Route::kFp16x1 || r == Route::kFp16x1SplitK ||
-                                r == Route::kFp16x1Fused || exact98);
+                    // Model 98 never runs TF32's rounding on its pooled weight (planner.cpp):
+                    // two products, or float32-exact.
+                    if (op == k98) {
+                      EXPECT_TRUE(r != Route::kTf32 && products != cuda::gemm::Products::kOne);
+                    } else {
+                      EXPECT_TRUE(r == Route::kTf32 || r == Route::kSkinny || pairs ||
+                                  products == cuda::gemm::Products::kOne);
+                    }
                   }
-                  if (r == Route::kFp16x1 || r == Route::kFp16x1SplitK ||
-                      r == Route::kFp16x1Fused) {
+                  if (engine && products != cuda::gemm::Products::kThree) {
                     EXPECT_EQ(precision, tf32);
+                    EXPECT_EQ(products == cuda::gemm::Products::kTwo, op == k98);
                   }
-                  const bool engine = r == Route::kFp16x3 || r == Route::kFp16x3SplitK ||
-                                      r == Route::kFp16x3Fused || r == Route::kFp16x1 ||
-                                      r == Route::kFp16x1SplitK || r == Route::kFp16x1Fused;
                   // A split route is named where the engine's own heuristic splits K, and only
                   // there; a fused route hosts the operator's epilogue.
-                  if (r == Route::kFp16x3 || r == Route::kFp16x3SplitK || r == Route::kFp16x1 ||
-                      r == Route::kFp16x1SplitK) {
-                    const bool one = r == Route::kFp16x1 || r == Route::kFp16x1SplitK;
-                    EXPECT_EQ(r == Route::kFp16x3SplitK || r == Route::kFp16x1SplitK,
-                              cuda::gemm::fp16_engine_slices(size[0], size[1], size[2], one, false,
-                                                             device.sm_count).split());
+                  if (engine && !plan::fused_route(r)) {
+                    const bool split = r == Route::kFp16x3SplitK || r == Route::kFp16x1SplitK;
+                    EXPECT_EQ(split, cuda::gemm::fp16_engine_slices(size[0], size[1], size[2],
+                                                                    *products, false,
+                                                                    device.sm_count).split());
                   }
                   if (plan::fused_route(r)) {
                     EXPECT_TRUE(plan::hosts(r, request_of(row).epilogue) &&

@@ -114,6 +114,23 @@ def main():
                     new.bn.running_var.double(), ref.bn.running_var, atol=2e-2, rtol=2e-2)
                 print(f"39 training tf32 {m}x{n}x{k}: {'ok' if ok else 'MISMATCH ' + line}")
                 failures += not ok
+            # Model 98's pooled weight: two products (x_hi W_lo in its own GEMM, split over K),
+            # summed in the row epilogue, with a guarded row.
+            prob = PROBLEMS["98"]
+            ref = prob.model(1001, 16384, 8, -1.5).cuda().double()
+            new = prob.model_new(1001, 16384, 8, -1.5).cuda()
+            new.load_state_dict(ref.state_dict())
+            x = torch.randn(300, 1001, device="cuda")
+            x[70, :500] *= 2.0 ** 20
+            x[70, 500:] *= 2.0 ** -20
+            with torch.no_grad():
+                (line,) = fusedops.explain(new, x)
+                out_ref, out_new = ref(x.double()), new(x)
+            torch.cuda.synchronize()
+            ok = ": 2xfp16-fused (" in line and torch.allclose(out_new.double(), out_ref,
+                                                                atol=1e-3, rtol=1e-3)
+            print(f"98 tf32 300x2048x1001: {'ok' if ok else 'MISMATCH ' + line}")
+            failures += not ok
         finally:
             torch.backends.cuda.matmul.fp32_precision = saved
         # Model 39 in training above 1024 rows in float16/bfloat16: the column moments in the

@@ -88,6 +88,22 @@ def test_compile_table_only_from_a_precisions_run():
     assert lines[-1] == "| 18 | 140x (0.0191 ms) | - | 0.97x | - | - | - |"
 
 
+def test_floor_table_only_from_a_run_with_floors():
+    assert "has no floor column" in render.render_floor(FIXTURE)
+    # FIXTURE: synthetic values, not measurements. 18 folds its weight (no floor row); 39 at the
+    # SPEC's size and at KernelBench's (39L); a half mode with its eager-numerics ratio.
+    row = {"fusedops_ms": 1.0, "floor_ms": 0.8, "fusedops_over_floor": 1.25}
+    with_floors = dict(FIXTURE, precisions=[
+        dict(row, model="18", mode="float32"),
+        dict(row, model="39", mode="float32"),
+        dict(row, model="39L", mode="float16", fusedops_over_floor=1.05,
+             fusedops_eager_over_floor=1.125)])
+    lines = render.render_floor(with_floors).splitlines()
+    assert lines[2] == "| model | " + " | ".join(render.MODES) + " |"
+    assert lines[4:] == ["| 39 | 1.25x | - | - | - | - | - |",
+                         "| 39 (16384 x 4096) | - | - | 1.05x / 1.12x | - | - | - |"]
+
+
 @pytest.mark.parametrize("key", ["gpu", "commit", "commands", "bench", "kernelbench"])
 def test_results_without_gpu_commit_or_command_are_refused(key):
     broken = copy.deepcopy(FIXTURE)
@@ -105,6 +121,7 @@ def documents(root: Path, readme_body: str, compile_body: str, kb_body: str):
         f"# title\n\n<!-- results:readme:begin -->\n{readme_body}\n<!-- results:readme:end -->\n\nafter\n")
     (root / "docs" / "PERFORMANCE.md").write_text(
         f"<!-- results:compile:begin -->\n{compile_body}\n<!-- results:compile:end -->\nmiddle\n"
+        f"<!-- results:floor:begin -->\n{render.render_floor(FIXTURE)}\n<!-- results:floor:end -->\n"
         f"<!-- results:kernelbench:begin -->\n{kb_body}\n<!-- results:kernelbench:end -->\n")
 
 

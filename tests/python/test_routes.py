@@ -15,8 +15,9 @@ from fusedops_testing import make_input, make_pair
 CUDA = torch.cuda.is_available()
 HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
 ROUTES = {"folded-matvec", "aten-linear", "cublas-f64", "cublas-half", "sm90-half-fused",
-          "skinny", "skinny-half", "skinny-half-fused", "skinny-3xfp16", "skinny-3xfp16-fused", "3xfp16", "3xfp16-splitk", "3xfp16-fused", "1xfp16", "1xfp16-splitk", "1xfp16-fused", "3xtf32", "sgemm", "tf32",
-          "bf16x"}
+          "skinny", "skinny-half", "skinny-half-fused", "skinny-3xfp16", "skinny-3xfp16-fused",
+          "3xfp16", "3xfp16-splitk", "3xfp16-fused", "1xfp16", "1xfp16-splitk", "1xfp16-fused",
+          "2xfp16-fused", "3xtf32", "sgemm", "tf32", "bf16x"}
 OPS = {"18": "matmul_sum_max_avgpool_logsumexp_logsumexp", "39": "gemm_scale_batchnorm",
        "62": "matmul_groupnorm_leakyrelu_sum", "98": "matmul_avgpool_gelu_scale_max"}
 SMALL = {"18": (64, 48), "39": (64, 48, (48,)), "62": (64, 48, 6), "98": (64, 48, 4, 2.0)}

@@ -37,7 +37,6 @@ struct ScaleView {
   int64_t col_stride;
 };
 
-// The scale of element (i, j).
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t scale_at(const scalar_t* scale, ScaleView sv, int64_t i,
                                              int64_t j) {
@@ -111,8 +110,7 @@ __device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
 // = z[0, j] (or y[0, j] for kOfY). Shifting by a sample of the column keeps E[d^2] - E[d]^2
 // free of cancellation when the mean is large against the spread. Each thread adds its rows'
 // sums into its own shared-memory slots (row lane threadIdx.y), summed in order by lane 0.
-// Two blocks an SM at least: unbounded, the 8-column float16 kernel took 138 registers a
-// thread, which leaves room for one.
+// Two blocks an SM at least: unbounded, the 8-column float16 kernel's registers left room for one.
 template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
           typename y_t = acc_t<scalar_t>>
 __global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2)
@@ -132,11 +130,9 @@ column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ b
   for (int e = 0; e < V; ++e) my_sum[e] = my_sq[e] = 0.0;
   if (j0 < n) {  // n is a multiple of V: a thread's columns are all in or all out
     const ColumnScales<scalar_t, V> scales(scale, sv, j0);
-    // A float16/bfloat16 y (a half-precision model's): each thread sums kChunk rows in float,
-    // then adds the chunk to its double sums. The statistics are rounded to the model's dtype
-    // (2^-8 or 2^-11) while a chunk's float sum is off by about kChunk * 2^-24 of itself;
-    // double sums of every element, in registers, held 16 doubles a thread and ran at a third
-    // of the pass's bandwidth. Wider y: double sums of every element, in registers.
+    // A float16/bfloat16 y: float sums of kChunk rows (off by about kChunk * 2^-24, far below
+    // the model dtype's 2^-8 or 2^-11 rounding of the statistics), added to the double sums;
+    // double sums of every element held too many registers and ran slower. Wider y: those.
     using part_t = std::conditional_t<sizeof(ys_t) == 2, float, double>;
     constexpr int kChunk = std::is_same_v<part_t, float> ? 32 : 0;
     part_t shift[V];
@@ -360,12 +356,11 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
 
 // The one-read path for the common training case (float32 y, one scale value per column,
 // batch <= kResidentRowGroups * 16): a block owns kResidentCols columns over the whole batch
-// and keeps them in registers, so y is read once and out written once (64 MB at 1024x8192,
-// against 96 MB and two extra launches for moments + finish + normalize). With the columns in
-// registers the statistics are exact two-pass (the mean, then the mean squared deviation from
-// it, both in double) rather than the shifted one-pass sums of the streaming path.
-// 32 columns (one 128-byte segment of each row) a block: with 16 (64-byte segments) the kernel
-// ran at half the bandwidth.
+// and keeps them in registers, so y is read once and out written once (the streaming passes
+// read y twice and launch two more kernels). With the columns in registers the statistics are
+// exact two-pass (the mean, then the mean squared deviation from it, both in double) rather
+// than the shifted one-pass sums of the streaming path. 32 columns a block: one 128-byte
+// segment of each row (64-byte segments ran slower).
 constexpr int kResidentQuads = 8;
 constexpr int kResidentCols = 4 * kResidentQuads;
 constexpr int kResidentRowGroups = 64;  // rows at a time; a thread holds kRows of them

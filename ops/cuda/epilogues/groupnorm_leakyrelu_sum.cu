@@ -6,16 +6,13 @@
 // "eager" numerics must see the reference's roundings, and PyTorch's CUDA GroupNorm rounds
 // more than the Linear output: it stores each group's mean and 1/std in the input's dtype (eps
 // too) and normalizes with those. A bfloat16 statistic is off by up to 2^-9 of itself, which
-// moves an output where gamma * x_hat and beta cancel by more than 1e-2 of itself: measured on
-// an H100 (1024 x 8192 -> 8192, 512 groups, affine parameters not 1 and 0), 5 of 5 seeds had
-// elements past KernelBench's bar when only the unrounded statistics were used
-// (tests/python/test_numerics.py). Rounding our own statistics is not enough either: where
-// they differ from ATen's by an ulp across a rounding boundary the rounded values differ by a
-// whole bfloat16 ulp (1 seed in 5 still failed). So under eager the statistics are ATen's,
-// computed as its RowwiseMomentsCUDAKernel does for groups under 512 channels: Welford per
-// lane over the channels c, c + 32, ..., the lanes combined by shuffles down (16, 8, ..., 1),
-// var = m2 / n, 1/std = rsqrt(var + eps) with eps in the input's dtype (the kernel's eager
-// branch).
+// moves an output where gamma * x_hat and beta cancel by more than 1e-2 of itself: unrounded
+// statistics put elements past KernelBench's bar (tests/python/test_numerics.py), and so do
+// our own rounded ones, a whole bfloat16 ulp off wherever they differ from ATen's by an ulp
+// across a rounding boundary. So under eager the statistics are ATen's, computed as its
+// RowwiseMomentsCUDAKernel does for groups under 512 channels: Welford per lane over the
+// channels c, c + 32, ..., the lanes combined by shuffles down (16, 8, ..., 1), var = m2 / n,
+// 1/std = rsqrt(var + eps) with eps in the input's dtype (the kernel's eager branch).
 #include "cuda/epilogues/groupnorm_leakyrelu_sum.h"
 
 #include <ATen/ATen.h>

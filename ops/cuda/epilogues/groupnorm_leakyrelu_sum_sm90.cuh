@@ -1,21 +1,20 @@
 // Model 62's epilogue inside the GEMM: bias, GroupNorm, LeakyReLU and x2 on the float32
-// accumulators, in registers; the GEMM writes only the model's output (float16/bfloat16).
-// y = x W^T is never stored: at 1024 x 8192 that is a 32 MiB float32 write and read saved,
-// plus the separate kernel's launch (the unfused path: matmul_groupnorm_leakyrelu_sum.cu).
+// accumulators, in registers; the GEMM writes only the model's output (float16/bfloat16): y is
+// neither stored nor read back by a second kernel (the unfused path's cost).
 //
 // Why it fits: a group is a few consecutive channels of one row (16 at the default sizes), and
 // an output tile row (kHalfTileN = 128 wide, gemm/heuristics.h) holds whole groups when the
 // group size divides it, so no statistic leaves the warp group that owns the tile. wgmma's
-// accumulator layout (CuTe's SM90 CLayout_64xN) gives each thread, for each of its rows, 2 adjacent columns of
-// every 8-column block, and the 4 lanes of a quad (lane / 4 equal) share their rows and cover
-// the 8 columns between them. So:
+// accumulator layout (CuTe's SM90 CLayout_64xN) gives each thread, for each of its rows, 2
+// adjacent columns of every 8-column block, and the 4 lanes of a quad (lane / 4 equal) share
+// their rows and cover the 8 columns between them. So:
 //   - each thread sums its 4 values of every 16-column block of a row (2 blocks of 8),
 //   - two xor-shuffles (1, 2) finish the block sum in all 4 lanes of the quad,
 //   - a group of 16 b columns adds b block sums (a butterfly over blocks; the same additions in
 //     every lane, so every lane holds the bit-identical group sum: deterministic).
 // Variance is the two-pass form over the values held in registers (no E[v^2] - E[v]^2
-// cancellation); the statistics and the per-channel chain are epilogues/
-// groupnorm_leakyrelu_sum.h, as in the unfused kernels. Included only by the SM90 .cu files (FUSEDOPS_SM90A).
+// cancellation); the statistics and the per-channel chain are math/groupnorm_leakyrelu_sum.h,
+// as in the unfused kernels. Included only by the SM90 .cu files (FUSEDOPS_SM90A).
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -58,8 +57,8 @@ class GroupNormLeakyReluSumEpilogue
   // Channels per 16-column block: the unit the shuffles reduce (see above).
   static constexpr int kBlock = 16;
 
-  // The caller (groupnorm_leakyrelu_sum_sm90.cu) checks the group size against the tile before this; here
-  // the facts the register reduction rests on, for any other caller.
+  // The caller (groupnorm_leakyrelu_sum_sm90.cu) checks the group size against the tile first;
+  // here the facts the register reduction rests on, for any other caller.
   template <class ProblemShape>
   static bool can_implement(const ProblemShape& shape, const Arguments& args) {
     const int n = cute::get<1>(shape);

@@ -33,12 +33,11 @@ constexpr float kCrossWeight = 1.0f / 2048.0f;
 // (W has one scale): its values would sit in fp16's subnormal range and lose bits, so such a W
 // takes the exact path altogether. (x has a scale per row: no such rule.)
 constexpr int kRowRangeBits = 26;
-// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly. Why: the
-// split carries about 23 bits of each value (fp32 has 24), which is as good as float32 for
-// ordinary rows, but a row of a few huge values that cancel (measured: values 2^-40 .. 2^40,
-// the result 1000x below its terms) then misses the 1e-4 contract, where PyTorch's float32 does
-// not. torch.rand rows span at most 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30
-// about once in 40 tensors of 1024 rows.
+// A row of x whose nonzero magnitudes span more than 2^30 is recomputed exactly: the split
+// carries about 23 bits of each value (fp32 has 24), as good as float32 for ordinary rows, but
+// a row of a few huge values that cancel (values 2^-40 .. 2^40, the result far below its terms)
+// then misses the 1e-4 contract, where PyTorch's float32 does not. torch.rand rows span at most
+// 2^24 (its 24-bit grid); a randn row of 8192 spans 2^30 about once in 40 tensors of 1024 rows.
 constexpr int kRowSpreadBits = 30;
 // K is padded to a whole number of 64-wide K steps (zeros, padded_k in heuristics.h): TMA
 // needs 16-byte row strides, the main-term view starts kp values into each row of the weight's
@@ -87,8 +86,8 @@ __device__ __forceinline__ void split4(float4 q, int shift, Half4& hi, Half4& lo
 
 // What a split row holds: the pair, kp halves apart, [hi | lo] (x) or [lo | hi] (W; the cross
 // GEMM pairs x_hi with W_lo and x_lo with W_hi over 2K, the main term reads the hi halves); or
-// x's hi part alone (kp halves), all the one-product form reads: a third less traffic than the
-// pair (read 4 bytes a value, write 2 instead of 4).
+// x's hi part alone (kp halves), all the one- and two-product forms read: a third less traffic
+// than the pair (read 4 bytes a value, write 2 instead of 4).
 enum class Split { kPairHiFirst, kPairLoFirst, kHiOnly };
 
 // The row length, in halves, of a split row.
@@ -96,10 +95,12 @@ __host__ __device__ constexpr int64_t split_width(Split split, int64_t kp) {
   return split == Split::kHiOnly ? kp : 2 * kp;
 }
 
-// Writes four columns at col of a split row.
+// Splits four values and writes them at col of a split row.
 template <Split kSplit>
-__device__ __forceinline__ void store_split(__half* d, int64_t col, int64_t kp, const Half4& hi,
-                                            const Half4& lo) {
+__device__ __forceinline__ void store_split(__half* d, int64_t col, int64_t kp, float4 q,
+                                            int shift) {
+  Half4 hi, lo;
+  split4(q, shift, hi, lo);
   if constexpr (kSplit == Split::kHiOnly) {
     *reinterpret_cast<Half4*>(d + col) = hi;
   } else {
@@ -114,9 +115,8 @@ template <Split kSplit>
 __device__ __forceinline__ void split_row(const float* s, __half* d, int64_t k, int64_t kp,
                                           int shift, bool zero, bool vector) {
   for (int64_t col = 4 * static_cast<int64_t>(threadIdx.x); col < kp; col += 4 * kThreads) {
-    Half4 hi, lo;
-    split4(zero ? make_float4(0.f, 0.f, 0.f, 0.f) : load4(s, col, k, vector), shift, hi, lo);
-    store_split<kSplit>(d, col, kp, hi, lo);
+    store_split<kSplit>(d, col, kp,
+                        zero ? make_float4(0.f, 0.f, 0.f, 0.f) : load4(s, col, k, vector), shift);
   }
 }
 
@@ -151,7 +151,7 @@ constexpr int64_t kCachedK = 4 * kThreads * kCachedVectors;
 // The activation's split with its range guard, one pass over x, block per row: the row's range
 // gives its scale or its place on the guard's list (GuardLayout); then the row is split, from
 // registers (rows up to kCachedK) or from a second read that hits L2. The guard's count must be
-// zero on entry. kSplit: kPairHiFirst (three products) or kHiOnly (one).
+// zero on entry. kSplit: kPairHiFirst (three products) or kHiOnly (one or two).
 template <Split kSplit>
 __global__ void __launch_bounds__(kThreads)
 split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t rows, int64_t k,
@@ -206,9 +206,8 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
       for (int i = 0; i < kCachedVectors; ++i) {
         const int64_t col = 4 * (threadIdx.x + static_cast<int64_t>(i) * kThreads);
         if (col < kp) {  // columns k .. kp are zeros in the cache
-          Half4 hi, lo;
-          split4(zero_row ? make_float4(0.f, 0.f, 0.f, 0.f) : cache[i], row_shift, hi, lo);
-          store_split<kSplit>(d, col, kp, hi, lo);
+          store_split<kSplit>(d, col, kp, zero_row ? make_float4(0.f, 0.f, 0.f, 0.f) : cache[i],
+                              row_shift);
         }
       }
     } else {
@@ -312,7 +311,7 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   ops.guard = at::empty({layout.size()}, x.options().dtype(at::kInt));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(cudaMemsetAsync(ops.guard.data_ptr<int>(), 0, sizeof(int), stream));
-  const Split split = products == Products::kOne ? Split::kHiOnly : Split::kPairHiFirst;
+  const Split split = products == Products::kThree ? Split::kPairHiFirst : Split::kHiOnly;
   ops.lda = split_width(split, kp);
   ops.x_split = at::empty({m, ops.lda}, x.options().dtype(at::kHalf));
   auto* kernel = split == Split::kHiOnly ? split_rows_kernel<Split::kHiOnly>
@@ -325,7 +324,8 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 }
 
 // The two GEMMs as K-slice partials (cross_slices, then main_slices, of M x N each; no cross
-// slices in the one-product form), and the view through which y is read from them.
+// slices in the one-product form), and the view through which y is read from them. The cross
+// GEMM's K is x's split row (ops.lda: [x_hi | x_lo] against [W_lo | W_hi], or x_hi against W_lo).
 void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, Fp16Slices slices,
                   int sm_count, Partials3xFp16& out) {
   const int cross_slices = slices.cross, main_slices = slices.main;
@@ -343,8 +343,8 @@ void run_partials(const Operands& ops, int64_t m, int64_t n, int64_t kp, Fp16Sli
                                 reinterpret_cast<const float*>(g + layout.alpha()),
                                 reinterpret_cast<const float*>(g + layout.beta())};
   if (cross_slices > 0) {
-    const int64_t cross_k = 2 * kp / cross_slices;
-    cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, 2 * kp, 2 * kp, cross_k,
+    const int64_t cross_k = ops.lda / cross_slices;
+    cross_gemm_sm90({mi, ni, static_cast<int>(cross_k), cross_slices, ops.lda, 2 * kp, cross_k,
                      m * n, sm_count}, xp, wp, pc, stream);
   }
   const int64_t main_k = kp / main_slices;
@@ -380,8 +380,7 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
   if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
-  const Fp16Slices slices =
-      fp16_engine_slices(m, n, k, products == Products::kOne, /*partials=*/true, sm_count);
+  const Fp16Slices slices = fp16_engine_slices(m, n, k, products, /*partials=*/true, sm_count);
   with_sizes(m, n, k, [&] { run_partials(ops, m, n, padded_k(k), slices, sm_count, out); });
   return true;
 }
@@ -400,38 +399,33 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const GuardLayout layout{m};
   const int* g = ops.guard.data_ptr<int>();
+  const float* alpha = reinterpret_cast<const float*>(g + layout.alpha());
+  const at::Half* xp = ops.x_split.data_ptr<at::Half>();
+  const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
   float* out = y.data_ptr<float>();
   const bool one = products == Products::kOne;
-  const Fp16Slices slices = fp16_engine_slices(m, n, k, one, /*partials=*/false, sm_count);
+  const Fp16Slices slices = fp16_engine_slices(m, n, k, products, /*partials=*/false, sm_count);
   const int cross_slices = slices.cross, main_slices = slices.main;
   TORCH_INTERNAL_ASSERT(moments == nullptr || (one && !slices.split()),
                         "fusedops: the column-moments epilogue needs the one-product GEMM unsplit "
                         "(the planner's rule), got m=", m, ", n=", n, ", k=", k);
   with_sizes(m, n, k, [&] {
-    const Fp16GemmShape whole{static_cast<int>(m), static_cast<int>(n), static_cast<int>(kp), 1,
-                              ops.lda, 2 * kp, 0, 0, sm_count};
+    const int mi = static_cast<int>(m), ni = static_cast<int>(n);
+    const Fp16GemmShape whole{mi, ni, static_cast<int>(kp), 1, ops.lda, 2 * kp, 0, 0, sm_count};
     if (moments != nullptr) {
-      scaled_moments_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
-                               ops.w_pair.data_ptr<at::Half>() + kp, out,
-                               reinterpret_cast<const float*>(g + layout.alpha()),
-                               moments->mean.data_ptr<float>(), moments->m2.data_ptr<float>(),
-                               stream);
+      scaled_moments_gemm_sm90(whole, xp, wp + kp, out, alpha, moments->mean.data_ptr<float>(),
+                               moments->m2.data_ptr<float>(), stream);
       moments->written = true;
     } else if (one && main_slices == 1) {
-      scaled_gemm_sm90(whole, ops.x_split.data_ptr<at::Half>(),
-                       ops.w_pair.data_ptr<at::Half>() + kp, out,
-                       reinterpret_cast<const float*>(g + layout.alpha()), stream);
+      scaled_gemm_sm90(whole, xp, wp + kp, out, alpha, stream);
     } else if (cross_slices == 1 && main_slices == 1) {
       // The cross terms land in y; the main GEMM's epilogue reads them back as its source
-      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source before
-      // writing).
-      const at::Half* xp = ops.x_split.data_ptr<at::Half>();
-      const at::Half* wp = ops.w_pair.data_ptr<at::Half>();
-      const int mi = static_cast<int>(m), ni = static_cast<int>(n);
-      cross_gemm_sm90({mi, ni, static_cast<int>(2 * kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
-                      wp, out, stream);
-      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, 2 * kp, 2 * kp, 0, 0, sm_count}, xp,
-                         wp + kp, out, out, reinterpret_cast<const float*>(g + layout.alpha()),
+      // (y = alpha_r * main + beta_r * cross, in place: each tile reads its source first). The
+      // cross GEMM's K is x's split row (run_partials).
+      cross_gemm_sm90({mi, ni, static_cast<int>(ops.lda), 1, ops.lda, 2 * kp, 0, 0, sm_count},
+                      xp, wp, out, stream);
+      promoted_gemm_sm90({mi, ni, static_cast<int>(kp), 1, ops.lda, 2 * kp, 0, 0, sm_count}, xp,
+                         wp + kp, out, out, alpha,
                          reinterpret_cast<const float*>(g + layout.beta()), stream);
     } else {
       Partials3xFp16 partials;

@@ -34,6 +34,11 @@
 // precision "high" (plan/planner.cpp). x's split writes its hi part alone, and the GEMM is
 // unpromoted (scaled_gemm_sm90: its accumulation error is far below that rounding); the
 // split-K partials of few output tiles stay promoted.
+//
+// The two-product form (Products::kTwo) adds the cross term x_hi W_lo (one GEMM over kp):
+// alpha_r (x_hi W_hi^T + 2^-11 x_hi W_lo^T). x is rounded as TF32 rounds it, W is carried to
+// 22 bits: for a folded weight (a pooled row stands for the mean of several of the reference's
+// rows, whose TF32 roundings the reference averages), TF32's accuracy needs W kept exact.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -48,12 +53,10 @@ namespace fusedops::cuda::gemm {
 // build's sm_90a kernels, N a multiple of 4, 32-bit sizes).
 //
 // y (M, N) float32 = x (M, K) W (N, K)^T. x and weight contiguous float32 on the current
-// device; weight_key owns the cached fold. During a CUDA-graph capture a weight whose fold is
-// not made yet is refused too (its range check reads a flag on the host). Returns false (y untouched) when the weight fails
-// the range check: the caller then runs its exact path.
-enum class Products { kThree, kOne };
-// sm_count: the device's SMs (plan::DeviceFacts), for the split-K slices and the grids
-// (heuristics.h).
+// device; weight_key owns the cached fold; sm_count: the device's SMs (plan::DeviceFacts), for
+// the split-K slices and the grids (heuristics.h). Returns false (y untouched) when the weight
+// fails the range check, or, during a CUDA-graph capture, when its fold is not made yet (the
+// check reads a flag on the host): the caller then runs its exact path.
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, Products products,
                       int sm_count, at::Tensor& y);
@@ -71,8 +74,8 @@ bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
                               at::Tensor& y, TileMoments& moments);
 
 // The product left before its combination, for a row-reduction epilogue, which needs whole
-// rows of y and so combines the K-slices itself, in the same pass (Partials3xFp16View in epilogue_3xfp16.cuh reads them; guarded rows, alpha 0, are
-// the epilogue's to recompute exactly). Saves writing y and reading it back.
+// rows of y and so combines the K-slices itself, in the same pass (Partials3xFp16View reads
+// them; guarded rows, alpha 0, are the epilogue's to recompute exactly): y is never written.
 struct Partials3xFp16 {
   at::Tensor partials;  // float32, (cross_slices + main_slices) slices of M x N, cross first
                         // (no cross slices in the one-product form)

@@ -15,12 +15,10 @@
 // the end reads nothing (K a multiple of 8). The block's tile of y, summed in shared memory, is
 // handed to an epilogue (StoreFloatY below, or a fused one: ops/cuda/epilogues/*_skinny.cu).
 //
-// The float32 form (kPair): x and W as the 3xFP16 engine splits them (gemm_3xfp16.h), each row
-// two fp16 halves kp apart (x [hi | lo] with a scale per row, W [lo | hi] with one scale), and
-// three products: y_r = alpha_r hi.hi + beta_r (hi.lo + lo.hi). The main term is promoted into
-// float registers after every round of kUnroll steps, as the engine's GEMM promotes it per K
-// step. Rows of x the split's guard listed (alpha_r = 0) are recomputed in the block from float32
-// x and W (exact_dot) before the epilogue: the fused epilogues see whole, exact tiles.
+// The float32 form (kPair): x and W as the 3xFP16 engine splits them (gemm_3xfp16.h, the three
+// products there); the main term is promoted into float registers after every round of kUnroll
+// steps. Rows the split's guard listed are recomputed in the block (exact_dot) before the
+// epilogue: the fused epilogues see whole, exact tiles.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -118,9 +116,8 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
   float cross[kRowTiles][kCrossTiles][4] = {};  // kPair: hi.lo + lo.hi
   constexpr int kRound = kWarps * 32;  // k a block reads per round
   // The loop runs on the warp's first k, the same in every lane: mma.sync is a warp-wide
-  // instruction, which must not run on part of a warp. A lane whose own k is past the end
-  // loads zeros. (Per-lane k0 < k hung the GPU wherever K left part of a warp's 32-wide step,
-  // e.g. in_features 80 or 264.)
+  // instruction, which must not run on part of a warp (a per-lane k0 < k hung the GPU wherever
+  // K left part of a step). A lane whose own k is past the end loads zeros.
   constexpr int kHalves = kPair ? 2 : 1;  // the W (x) vectors of a step: [lo | hi] ([hi | lo])
   for (int kw = warp * 32; kw < k; kw += kRound * kUnroll) {
     const int k0 = kw + t * 8;

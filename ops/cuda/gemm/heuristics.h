@@ -40,20 +40,31 @@ inline int split_k_slices(int64_t m, int64_t n, int64_t k, int64_t tile_n, int s
   return best;
 }
 
-// The 3xFP16 engine's slices for one call: the cross GEMM's over 2 kp (none in the one-product
-// form) and the main term's over kp. Writing y, the unsplit one-product GEMM runs the wider
-// tile (scaled_gemm_sm90); as K-slice partials for an epilogue (`partials`), the promoted one.
+// The 3xFP16 engine's forms (gemm_3xfp16.h): the products it sums. Three: float32-accurate.
+// Two, x_hi (W_hi + W_lo): x rounded as TF32 rounds it, W carried to 22 bits. One, x_hi W_hi:
+// each operand rounded as TF32 rounds it.
+enum class Products { kThree, kTwo, kOne };
+
+// The width of the cross GEMM's K in units of kp: [x_hi | x_lo] against [W_lo | W_hi] (three
+// products), x_hi against W_lo (two), none (one).
+inline constexpr int64_t cross_k_units(Products p) {
+  return p == Products::kThree ? 2 : p == Products::kTwo ? 1 : 0;
+}
+
+// The 3xFP16 engine's slices for one call: the cross GEMM's over its K (cross_k_units) and the
+// main term's over kp. Writing y, the unsplit one-product GEMM runs the wider tile
+// (scaled_gemm_sm90); as K-slice partials for an epilogue (`partials`), the promoted one.
 struct Fp16Slices {
   int cross = 0, main = 1;
   bool split() const { return cross > 1 || main > 1; }
 };
-inline Fp16Slices fp16_engine_slices(int64_t m, int64_t n, int64_t k, bool one_product,
+inline Fp16Slices fp16_engine_slices(int64_t m, int64_t n, int64_t k, Products products,
                                      bool partials, int sm_count) {
   const int64_t kp = padded_k(k);
+  const bool one = products == Products::kOne;
   Fp16Slices s;
-  s.cross = one_product ? 0 : split_k_slices(m, n, 2 * kp, kCrossTileN, sm_count);
-  s.main = split_k_slices(m, n, kp, one_product && !partials ? kCrossTileN : kPromotedTileN,
-                          sm_count);
+  s.cross = one ? 0 : split_k_slices(m, n, cross_k_units(products) * kp, kCrossTileN, sm_count);
+  s.main = split_k_slices(m, n, kp, one && !partials ? kCrossTileN : kPromotedTileN, sm_count);
   return s;
 }
 

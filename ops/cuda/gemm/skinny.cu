@@ -12,11 +12,10 @@ namespace {
 // Batch-1 serving (m <= 4 rows of x): y = x W^T is then bound by reading W once, which
 // cuBLAS's SGEMM does well below HBM bandwidth (docs/PERFORMANCE.md). A warp owns two
 // rows of W and its lanes stride along K with 16-byte loads (W streamed with an evict-first
-// hint; x, at most 128 KB, re-read from L1/L2). Accuracy: a first version with one float
-// chain per lane (K/32 terms) measured twice PyTorch's error at batch 1 (3.0e-7 against
-// 1.7e-7), so each lane now sums kSkinnyFold 16-byte steps in float (one accumulator per
-// component: 4-term chains), adds that into a double, and the warp reduces in double. Used at
-// full precision and with TF32 allowed alike.
+// hint; x, at most 128 KB, re-read from L1/L2). Accuracy: one float chain per lane (K/32
+// terms) measured twice PyTorch's error at batch 1, so each lane sums kSkinnyFold 16-byte
+// steps in float (one accumulator per component), adds that into a double, and the warp
+// reduces in double. Used at full precision and with TF32 allowed alike.
 //
 // kSplit warps share a pair of rows, splitting K between them in interleaved 512-byte steps,
 // and their double sums add in warp order in shared memory (deterministic, one kernel): where

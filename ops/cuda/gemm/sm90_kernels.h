@@ -25,7 +25,6 @@ struct Fp16GemmShape {
   int sm_count;  // the device's SMs (plan::DeviceFacts): the persistent grid's size
 };
 
-
 // d = a . b^T, plain fp16 products with the tensor cores' float32 accumulation over all of K.
 // For the 3xFP16 cross terms, which sit 2^-11 below the main term: their accumulation error
 // does not show.
@@ -34,10 +33,9 @@ void cross_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, f
 
 // d[r] = alpha[r] * (a . b^T)[r] + beta[r] * c[r] (batches == 1; c may be d), with alpha and
 // beta per row (M floats each, 16-byte aligned) in device memory: the per-row scales of x's
-// split, computed on the GPU (no host round trip). The product is
-// "promoted": the tensor cores' partial of every 64-wide K step is added into a float32
-// register accumulator, which keeps the long sum as accurate as float32 arithmetic (issue 11:
-// error 9.7e-6 at K = 8192 without, 2.5e-7 with).
+// split, computed on the GPU. The product is "promoted": the tensor cores' partial of every
+// 64-wide K step is added into a float32 register accumulator, which keeps the long sum as
+// accurate as float32 arithmetic (issue 11: error 9.7e-6 at K = 8192 without, 2.5e-7 with).
 void promoted_gemm_sm90(const Fp16GemmShape& shape, const void* a, const void* b, const float* c,
                         float* d, const float* alpha, const float* beta, cudaStream_t stream);
 

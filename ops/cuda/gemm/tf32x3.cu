@@ -1,9 +1,9 @@
 // The 3xTF32 engine (tf32x3.h).
 //
-// Why 3xTF32: an SGEMM runs on the CUDA cores at ~50 TFLOP/s; TF32 tensor cores run at
-// ~400 TFLOP/s but keep only 10 mantissa bits of each operand (relative error ~3e-4, which
-// fails the float32 contract). Splitting each operand v = hi + lo with hi = tf32(v) and
-// lo = v - hi, and computing hi*hi + hi*lo + lo*hi, restores ~21 bits per product.
+// Why 3xTF32: TF32 tensor cores are several times faster than an SGEMM on the CUDA cores but
+// keep only 10 mantissa bits of each operand (relative error ~3e-4: fails the float32
+// contract). Splitting each operand v = hi + lo (hi = tf32(v), lo = v - hi) and computing
+// hi*hi + hi*lo + lo*hi restores ~21 bits per product.
 //
 // The tensor cores' own accumulation over a long K then limits accuracy (8.5e-5 measured when
 // all of K runs in one GEMM), but only for the large hi*hi term: the cross terms are 2^-11
@@ -13,9 +13,7 @@
 //   - main term: per chunk, the windows x_hi_c . W_hi_c, promoted into a float32 sum after
 //     every chunk (the "promotion").
 // The cross GEMM runs first, then the chunks one after another, cuBLAS adding each into y in
-// float32 (beta = 1).
-// The weight's split (twice its memory) is cached with the weight (common/fold_cache.h); the
-// activation's split is redone per call.
+// float32 (beta = 1). W's split is a cached fold (common/fold_cache.h), x's is redone per call.
 #include "cuda/gemm/tf32x3.h"
 
 #include <ATen/ATen.h>
