@@ -92,14 +92,17 @@ def timed_interleaved(fns, inputs, reps, warmup=3):
     return [statistics.median(s.elapsed_time(e) for s, e in ev) for ev in events]
 
 
-def measure_ceilings():
-    dev = "cuda"
-    n = 1 << 28  # 1 GiB of float32
-    a = torch.empty(n, device=dev)
+def measure_copy_tbs():
+    """The device's copy bandwidth, TB/s: a 1 GiB float32 copy (read + write)."""
+    a = torch.empty(1 << 28, device="cuda")
     b = torch.empty_like(a)
     ms = timed(lambda _: b.copy_(a), [a], reps=20)
-    copy_tbs = 2 * a.numel() * 4 / (ms * 1e-3) / 1e12
-    del a, b
+    return 2 * a.numel() * 4 / (ms * 1e-3) / 1e12
+
+
+def measure_ceilings():
+    dev = "cuda"
+    copy_tbs = measure_copy_tbs()
     m = 8192
     x = torch.randn(m, m, device=dev)
     y = torch.randn(m, m, device=dev)

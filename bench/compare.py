@@ -4,8 +4,10 @@ loads one libfusedops), the median per configuration, and B / A.
 
     python bench/compare.py --a base1.json base2.json --b new1.json new2.json [--limit 0.03]
 
-Exits 1 when a configuration of B is more than --limit slower than A (a rerun-worthy change,
-not a verdict: the spread of repeated runs of one build is printed beside it).
+Exits 1 when a configuration of B is slower than A by more than --limit and by more than the
+spread of either build's own runs ((max - min) / median): a difference inside one build's
+run-to-run noise is no change (a batch-1 row, bound by host jitter, spreads 8-64% on the GPU
+machine), a difference outside it is a rerun-worthy change, not a verdict.
 """
 import argparse
 import json
@@ -38,7 +40,8 @@ def main(argv=None):
     p.add_argument("--a", nargs="+", required=True, help="bench.py JSON files of build A")
     p.add_argument("--b", nargs="+", required=True, help="bench.py JSON files of build B")
     p.add_argument("--limit", type=float, default=0.03,
-                   help="B slower than A by more than this fraction is flagged (default 0.03)")
+                   help="B slower than A by more than this fraction (and than either build's "
+                   "spread) is flagged (default 0.03)")
     args = p.parse_args(argv)
     a, b = times(args.a), times(args.b)
     flagged = 0
@@ -48,7 +51,7 @@ def main(argv=None):
         ma, mb = statistics.median(a[key]), statistics.median(b[key])
         ratio = mb / ma
         mark = ""
-        if ratio > 1 + args.limit:
+        if ratio > 1 + max(args.limit, spread(a[key]), spread(b[key])):
             flagged += 1
             mark = "  <- slower"
         print(f"{key[0]:>5} {key[1]:>13} {key[2]:>6} {ma:9.4f} {mb:9.4f} {ratio:6.3f} "

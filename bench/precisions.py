@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import (L2_FLUSH_BYTES, device_name, measure_ceilings, rel_err,  # noqa: E402
+from bench import (L2_FLUSH_BYTES, device_name, measure_copy_tbs, rel_err,  # noqa: E402
                    timed_interleaved)
 
 import fusedops  # noqa: E402
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     bad = [m for m in args.modes.split(",") if m not in MODES]
     if bad:
         p.error(f"--modes: unknown {', '.join(bad)}; expected some of {', '.join(MODES)}")
-    copy_tbs = measure_ceilings()["copy_tbs"]
+    copy_tbs = measure_copy_tbs()
     print(f"copy bandwidth {copy_tbs:.2f} TB/s (the floor's y round trip)", flush=True)
     rows = []
     for label in args.models.split(","):

@@ -129,6 +129,10 @@ def render_compile(results) -> str:
                 "bench/precisions.py --reps 20 --json precisions.json` on the GPU, then "
                 "bench/results.py with `--precisions precisions.json`. The last one measured: "
                 "\"Issue 24, second pass\" in the log below.")
+    if all(r.get("compile_vs_fusedops") is None for r in rows):
+        return ("This run's precisions table has no torch.compile column (bench/precisions.py "
+                "ran with --no-compile: about 30 compiles): run it without --no-compile for "
+                "this table. The last one measured: \"Issue 24, second pass\" in the log below.")
     lines = [provenance(results, "How many times faster than torch.compile of the reference "
                         "(default mode; above 1x fusedops is faster), median ms of fusedops in "
                         "float32 in parentheses"), "",
@@ -169,7 +173,7 @@ def render_floor(results) -> str:
             if r and r.get("fusedops_eager_over_floor") is not None:
                 cell += " / " + ratio(r["fusedops_eager_over_floor"])
             cells.append(cell)
-        label = "39 (16384 x 4096)" if model == "39L" else model  # precisions.py's name
+        label = KB_LABEL["39"] if model == "39L" else model  # precisions.py's name for it
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -1,15 +1,27 @@
 // Autograd for model 98 (Matmul_AvgPool_GELU_Scale_Max) and its fold helper.
 //
-// matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the two non-tensor arguments):
-// backward recomputes the reference chain linear -> avg_pool1d -> gelu -> * scale_factor ->
-// max(dim=1) (autograd/backward_by_recompute.h). The max's gradient goes to the argmax of that
-// recomputed chain (the first index on a tie), exactly as torch.max in the reference routes
-// it; the last out_features % k features, which the pooling drops, get zero gradient.
+// matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the non-tensor arguments). Its
+// backward is the model's own algebra (issue 40). With Wp, bp the pooled Linear (a k-window's
+// mean of W's rows and b's entries: avgpool_fold_linear), p = x Wp^T + bp (batch, out / k), a
+// GEMM k times smaller than the reference's, recomputed; h = scale gelu(p); out = max(h, 1),
+// whose gradient goes to each row's argmax r (torch.max's own, on h: the first index on a tie, a
+// NaN where there is one). With c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp,
+// no GEMM; dL/dWp[r] = sum of c_i x_i over the rows whose argmax is r, and each of W's k rows of
+// window r takes 1/k of it (the rows past the last window, which the pooling drops, zero); the
+// bias likewise. A float16/bfloat16 model (whose near-ties the reference's rounded chain breaks
+// its own way) and a double backward (create_graph) recompute the reference's chain
+// (autograd/backward_by_recompute.h) and differentiate that.
 //
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
 #include <torch/library.h>
 
 #include <optional>
@@ -25,6 +37,21 @@ using autograd::BackwardByRecompute;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// A gradient of like's shape (W's or b's) from each k-window's sum (pooled[, in]): the window's
+// k rows take 1/k of it each, the rows past the last window (which the pooling drops) none.
+// Symbolic sizes throughout: under torch.compile a plain size() would specialize them.
+at::Tensor spread_over_windows(const at::Tensor& per_window, int64_t k, const at::Tensor& like) {
+  std::vector<c10::SymInt> shape = per_window.sym_sizes().vec();  // (pooled[, in])
+  shape.insert(shape.begin() + 1, k);                              // (pooled, k[, in])
+  const c10::SymInt covered = shape[0] * k;
+  at::Tensor full = at::empty_symint(like.sym_sizes(), like.options());  // each element once
+  full.narrow_symint(0, 0, covered)
+      .view_symint(shape)
+      .copy_((per_window / static_cast<double>(k)).unsqueeze(1).expand_symint(shape));
+  full.narrow_symint(0, covered, like.sym_size(0) - covered).zero_();
+  return full;
+}
+
 class MatmulAvgpoolGeluScaleMaxFunction
     : public torch::autograd::Function<MatmulAvgpoolGeluScaleMaxFunction> {
  public:
@@ -35,6 +62,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
     autograd::keep_linear_inputs(ctx, x, weight, bias);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
+    ctx->saved_data["numerics"] = std::string(numerics);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
                                                    scale_factor, cache_folds, numerics);
@@ -42,6 +70,49 @@ class MatmulAvgpoolGeluScaleMaxFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = autograd::kept_linear_inputs(ctx);
+    // In float16/bfloat16 the row maximum has near-ties at every few windows, which the
+    // reference's rounded chain (a full GEMM, rounded, then pooled) breaks its own way: its
+    // argmax, not ours, carries the reference's gradient.
+    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type())) {
+      return by_recompute(ctx, saved, grad_outputs);
+    }
+    const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
+    const int64_t k = ctx->saved_data["pool_kernel_size"].toInt();
+    const double scale = ctx->saved_data["scale_factor"].toDouble();
+    // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const at::ScalarType acc = at::toOpMathType(x.scalar_type());
+    at::Tensor wp, bp;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(wp, bp) = fusedops::avgpool_fold_linear(weight, bias, k);
+    }
+    wp = wp.to(acc);
+    const at::Tensor xa = x.to(acc);
+    const at::Tensor p = at::addmm(bp.to(acc), xa, wp.t());
+    const at::Tensor r = std::get<1>(at::max(at::gelu(p) * scale, /*dim=*/1));
+    const at::Tensor p_r = p.gather(1, r.unsqueeze(1)).squeeze(1);
+    const at::Tensor c = at::gelu_backward(grad_outputs[0].to(acc) * scale, p_r);
+    variable_list grads(7);  // and none for the four non-tensor arguments
+    if (ctx->needs_input_grad(0)) {
+      grads[0] = (c.unsqueeze(1) * wp.index_select(0, r)).to(x.scalar_type());
+    }
+    // An inference tensor weight (a model built under inference mode) gets none, as in the
+    // reference, whose Linear reaches it through a view autograd cannot track (W^T).
+    if (ctx->needs_input_grad(1) && !weight.is_inference()) {
+      const at::Tensor per_window = at::zeros_like(wp).index_add_(0, r, c.unsqueeze(1) * xa);
+      grads[1] = spread_over_windows(per_window, k, weight);
+    }
+    if (ctx->needs_input_grad(2)) {
+      grads[2] =
+          spread_over_windows(at::zeros_like(bp, c.options()).index_add_(0, r, c), k, bias);
+    }
+    return grads;
+  }
+
+ private:
+  static variable_list by_recompute(AutogradContext* ctx, const variable_list& saved,
+                                    const variable_list& grad_outputs) {
     const int64_t pool_kernel_size = ctx->saved_data["pool_kernel_size"].toInt();
     const double scale_factor = ctx->saved_data["scale_factor"].toDouble();
 

@@ -1,14 +1,21 @@
 // Autograd for model 18 (Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp) and its fold helper.
 //
-// matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight and bias: backward recomputes the
-// reference chain linear -> sum(dim=1) -> max -> mean -> logsumexp -> logsumexp
-// (autograd/backward_by_recompute.h). The tail acts on a size-1 dim and its gradient is the
-// identity for a finite sum; it is recomputed anyway (on (batch, 1) tensors: free) so that a
-// row whose sum is +-inf or NaN gets the reference's NaN gradient from logsumexp.
+// matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight and bias, and which rows of the
+// output are finite. Its backward is the model's own algebra (issue 40): out = x . c + s with
+// c = colsum(W) and s = sum(b), and the tail (max, mean, two logsumexps over a size-1 dim) has
+// gradient 1 on a finite row and NaN on another (logsumexp's exp(inf - inf)), as the
+// reference's. With g that gradient (batch,): dL/dx = g c^T, dL/dW[j, :] = x^T g for every j
+// (W's gradient has rank one: one GEMV, broadcast), dL/db[j] = sum(g) for every j. No GEMM and
+// no (batch, out_features) tensor. A double backward (create_graph) recomputes the reference's
+// chain (autograd/backward_by_recompute.h) and differentiates that.
 //
 // sum_fold_linear saves weight and bias: it is linear in them (column sums, bias sum).
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
+
+#include <limits>
 #include <torch/library.h>
 
 #include <optional>
@@ -31,12 +38,46 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
                             const at::Tensor& bias, bool cache_folds,
                             c10::string_view numerics) {
     autograd::keep_linear_inputs(ctx, x, weight, bias);
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
-                                                                 numerics);
+    at::Tensor out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      out = fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
+                                                                  numerics);
+    }
+    // Not the output itself: saved, it would hold its own graph (and see in-place writes to it).
+    ctx->saved_data["finite"] = at::isfinite(out);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    if (at::GradMode::is_enabled()) return by_recompute(ctx, grad_outputs);
+    const variable_list saved = autograd::kept_linear_inputs(ctx);
+    const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
+    // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const at::ScalarType acc = at::toOpMathType(x.scalar_type());
+    const at::Tensor finite = ctx->saved_data["finite"].toTensor().reshape({-1});
+    const at::Tensor g = at::where(finite, grad_outputs[0].reshape({-1}).to(acc),
+                                   std::numeric_limits<double>::quiet_NaN());
+    variable_list grads(5);
+    if (ctx->needs_input_grad(0)) {
+      const at::Tensor column_sums = at::sum(weight, {0}, /*keepdim=*/false, acc);
+      grads[0] = at::outer(g, column_sums).to(x.scalar_type());
+    }
+    // An inference tensor weight (a model built under inference mode) gets none, as in the
+    // reference, whose Linear reaches it through a view autograd cannot track (W^T).
+    if (ctx->needs_input_grad(1) && !weight.is_inference()) {
+      const at::Tensor row = at::mv(x.to(acc).t(), g).to(weight.scalar_type());
+      grads[1] = row.unsqueeze(0).expand_symint(weight.sym_sizes());
+    }
+    if (ctx->needs_input_grad(2)) {
+      grads[2] = g.sum().to(bias.scalar_type()).expand_symint(bias.sym_sizes());
+    }
+    return grads;  // and none for cache_folds, numerics
+  }
+
+ private:
+  static variable_list by_recompute(AutogradContext* ctx, const variable_list& grad_outputs) {
     const variable_list saved = autograd::kept_linear_inputs(ctx);
     BackwardByRecompute recompute(ctx);
     const auto [x, weight, bias] = recompute.inputs<3>(saved);

@@ -7,7 +7,8 @@
 //     values, GELU, ...), as Inductor's emulate_precision_casts does, so that a check against
 //     the reference run in float16/bfloat16 sees the reference's own roundings. For float32 and
 //     float64 models the two are the same computation.
-// Parsed once here; every backend (CPU, CUDA, Meta, Autograd, Autocast) calls parse_numerics.
+// Parsed once here; the backend kernels (CPU, CUDA, Meta) call parse_numerics, so a bad value
+// is refused on every path (Autograd and Autocast pass the string through to them).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -250,6 +250,43 @@ def test_non_finite_sum_gets_reference_nan_gradient():
     assert_same_grads(grads_new, grads_ref, torch.float64)
 
 
+def test_model18_backward_is_its_own_algebra():
+    """Issue 40: model 18's backward is the model's algebra (W's gradient has rank one: one
+    GEMV, broadcast; x's is the gradient times W's column sums): no GEMM runs, where the
+    recomputed reference ran its Linear forward and backward. A double backward still
+    recomputes the reference's chain (create_graph)."""
+    ref, new = make_pair("18", (64, 48), dtype=torch.float32)
+    x = make_input((32, 64), "randn").requires_grad_()
+    gemms = {"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm"}
+    out = new(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out.backward(torch.randn_like(out))
+    ran = {e.name for e in prof.events()}
+    assert not ran & gemms, sorted(ran & gemms)
+    out = new(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+    assert "aten::linear" in {e.name for e in prof.events()}
+
+
+def test_model98_backward_is_its_own_algebra():
+    """Issue 40: model 98's backward multiplies by the pooled weight (out_features / k rows): no
+    tensor of the reference's Linear output's shape (batch, out_features) is formed, where the
+    recomputed reference formed it forward and backward."""
+    ref, new = make_pair("98", (64, 48, 4, 2.0), dtype=torch.float32)
+    x = make_input((32, 64), "randn").requires_grad_()
+    out = new(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        out.backward(torch.randn_like(out))
+    shapes = [shape for e in prof.events() for shape in e.input_shapes]
+    assert [32, 48] not in shapes, sorted({e.name for e in prof.events() if [32, 48] in
+                                           e.input_shapes})
+    _, grads_ref, grad_out = forward_backward(ref, x.detach())
+    _, grads_new, _ = forward_backward(new, x.detach(), grad_out)
+    assert_same_grads(grads_new, grads_ref, torch.float32)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)

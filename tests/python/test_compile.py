@@ -3,7 +3,8 @@ batch sizes, one compilation), inference and training (forward + backward) match
 
 The Autograd kernels are C++ torch::autograd::Functions; AOTAutograd traces through them: the
 forward graph calls the fused operator (functionalized where it mutates the BatchNorm
-statistics) and the backward graph holds the ATen ops of the recomputed reference chain.
+statistics) and the backward graph holds ATen ops: models 18 and 98 their own algebra (98's
+also its weight fold), 39 and 62 the recomputed reference chain.
 
 aot_eager (no code generation, fast) covers the whole matrix; inductor, which compiles C++ on
 the CPU and is slow on a small machine, runs each model once at tiny sizes."""
@@ -153,11 +154,13 @@ def test_aot_eager_training(key, mode, device):
     check_training(model, compiled, eager, key, torch.float64, device,
                    tol=dict(rtol=1e-10, atol=1e-12))
     assert len(computing(backend.graphs)) == 1, "the second batch size recompiled"
-    # forward: the fused operator; backward: the recomputed reference chain in ATen ops
+    # forward: the fused operator; backward: ATen ops (model 98's also its pooled-weight fold,
+    # whose pooled GEMM gives the argmax), never a fused forward
     (forward,) = computing(backend.fw_graphs)
     (backward,) = computing(backend.bw_graphs)
     assert fused_ops_in(forward), "the fused operator is not in the forward graph"
-    assert not fused_ops_in(backward), "the backward graph calls a fused operator"
+    expected = {"fusedops::avgpool_fold_linear"} if key == "98" else set()
+    assert fused_ops_in(backward) == expected, "the backward graph's fused operators"
 
 
 @pytest.mark.parametrize("key", KEYS)

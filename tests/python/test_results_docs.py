@@ -86,6 +86,10 @@ def test_compile_table_only_from_a_precisions_run():
         {"model": "18", "mode": "float16", "fusedops_ms": 0.03, "compile_vs_fusedops": 0.97}])
     lines = render.render_compile(with_precisions).splitlines()
     assert lines[-1] == "| 18 | 140x (0.0191 ms) | - | 0.97x | - | - | - |"
+    # A --no-compile run (the floor table's run) has no compile ratios: no table of dashes.
+    without_compile = dict(FIXTURE, precisions=[
+        {"model": "18", "mode": "float32", "fusedops_ms": 0.0191, "compile_vs_fusedops": None}])
+    assert "no torch.compile column" in render.render_compile(without_compile)
 
 
 def test_floor_table_only_from_a_run_with_floors():

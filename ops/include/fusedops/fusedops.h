@@ -67,7 +67,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor&
                                           const at::Tensor& gn_weight, const at::Tensor& gn_bias,
                                           double eps, double negative_slope,
                                           std::optional<bool> cache_folds = std::nullopt,
-                                c10::string_view numerics = "accurate");
+                                          c10::string_view numerics = "accurate");
 
 // Helper: a Linear followed by AvgPool1d(k) is the Linear whose rows (and bias entries) are
 // the means of each k consecutive rows; the last out % k rows are dropped.
