@@ -9,8 +9,9 @@ source of those numbers, written by bench/results.py from a GPU run), between ma
 
 Blocks: README.md `readme` (float32, KernelBench's harness, against eager PyTorch);
 docs/PERFORMANCE.md `compile` (every precision against torch.compile, from bench/precisions.py
-when the run has it), `floor` (the same run's distance to the GEMM floor) and `kernelbench`
-(KernelBench's harness beside bench.py's no_grad time).
+when the run has it), `floor` (the same run's distance to the GEMM floor), `training`
+(bench/training.py's step against eager PyTorch, with peak memory, when the run has it) and
+`kernelbench` (KernelBench's harness beside bench.py's no_grad time).
 tests/python/test_results_docs.py runs the check on the CPU in CI.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "docs" / "results.json"
 # Which blocks each document holds.
 DOCUMENTS = {"README.md": ("readme",),
-             "docs/PERFORMANCE.md": ("compile", "floor", "kernelbench")}
+             "docs/PERFORMANCE.md": ("compile", "floor", "training", "kernelbench")}
 REQUIRED = ("gpu", "commit", "commands", "bench", "kernelbench")
 ORDER = ("18", "98", "39", "62")  # README's order: the two folds first
 # Why a ratio is what it is, where a reader would doubt it (not a measurement: kept here).
@@ -34,6 +35,8 @@ NOTES = {"18": "the GEMM folds into `x . colsum(W)`, a cached weight fold",
 KB_LABEL = {"39": "39 (16384 x 4096)"}  # KernelBench's size of model 39 is not SPEC's
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 MODES = ("float32", "tf32", "float16", "bfloat16", "autocast-float16", "autocast-bfloat16")
+# bench/training.py's modes: "bfloat16" is the model cast to bfloat16, weights and optimizer too.
+TRAINING_MODES = ("float32", "tf32", "autocast-float16", "autocast-bfloat16", "bfloat16")
 
 
 def validate(results: dict) -> None:
@@ -74,6 +77,11 @@ def bench_ms(results, problem, dtype):
         if r["model"] == problem and r["batch"] == batch and r["dtype"] == dtype:
             return r.get("modelnew_ms")
     return None
+
+
+def row_of(rows, model, mode):
+    """The row of a model (its key as a string) and mode, or None."""
+    return next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
 
 
 def provenance(results, what) -> str:
@@ -141,7 +149,7 @@ def render_compile(results) -> str:
     for model in models:
         cells = []
         for mode in MODES:
-            r = next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+            r = row_of(rows, model, mode)
             cell = ratio(r.get("compile_vs_fusedops")) if r else "-"
             if r and mode == "float32":
                 cell += f" ({ms(r['fusedops_ms'])} ms)"
@@ -168,7 +176,7 @@ def render_floor(results) -> str:
             continue  # 18 and 98 fold their weights: the reference's GEMM is no floor of theirs
         cells = []
         for mode in MODES:
-            r = next((r for r in rows if str(r["model"]) == model and r["mode"] == mode), None)
+            r = row_of(rows, model, mode)
             cell = ratio(r["fusedops_over_floor"]) if r else "-"
             if r and r.get("fusedops_eager_over_floor") is not None:
                 cell += " / " + ratio(r["fusedops_eager_over_floor"])
@@ -178,8 +186,44 @@ def render_floor(results) -> str:
     return "\n".join(lines)
 
 
+def render_training(results) -> str:
+    """bench/training.py's step: how many times faster than eager PyTorch's (and torch.compile's,
+    where the run compiled), then each side's peak memory over a step."""
+    rows = results.get("training")
+    if not rows:
+        return ("This run's docs/results.json has no training table: `python3 bench/training.py "
+                "--json training.json` on the GPU, then bench/results.py with `--training "
+                "training.json`. The last one measured: \"Issue 40, first pass\" in the log below.")
+    compiled = any(r.get("x_compile") is not None for r in rows)
+    what = ("A training step (zero_grad, forward, loss, backward, SGD) against eager PyTorch's: "
+            "how many times faster (above 1x fusedops is faster)" +
+            (", then against torch.compile's" if compiled else "") +
+            ", fusedops' median ms in parentheses; below, the peak memory over a step above its "
+            "start, MiB, fusedops / eager")
+    header = ["| model | " + " | ".join(TRAINING_MODES) + " |",
+              "|---" * (len(TRAINING_MODES) + 1) + "|"]
+    speed, memory = list(header), list(header)
+    for model in dict.fromkeys(str(r["model"]) for r in rows):
+        speed_cells, memory_cells = [], []
+        for mode in TRAINING_MODES:
+            r = row_of(rows, model, mode)
+            if r is None:
+                speed_cells.append("-")
+                memory_cells.append("-")
+                continue
+            cell = ratio(r["x_eager"])
+            if compiled:
+                cell += " / " + ratio(r.get("x_compile"))
+            speed_cells.append(f"{cell} ({ms(r['fusedops_ms'])} ms)")
+            memory_cells.append(" / ".join("-" if r.get(k) is None else f"{r[k]:.0f}"
+                                           for k in ("fusedops_peak_mib", "eager_peak_mib")))
+        speed.append(f"| {model} | " + " | ".join(speed_cells) + " |")
+        memory.append(f"| {model} | " + " | ".join(memory_cells) + " |")
+    return "\n".join([provenance(results, what), "", *speed, "", *memory])
+
+
 RENDERERS = {"readme": render_readme, "kernelbench": render_kernelbench,
-             "compile": render_compile, "floor": render_floor}
+             "compile": render_compile, "floor": render_floor, "training": render_training}
 
 
 def block_pattern(name: str) -> re.Pattern:

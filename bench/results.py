@@ -2,12 +2,14 @@ r"""Collects one GPU run's benchmark outputs into docs/results.json, the one sou
 results tables in README.md and docs/PERFORMANCE.md (bench/render_results.py writes them).
 
     python bench/results.py --bench out/bench.json --kernelbench out/kernelbench.json \
-        [--precisions out/precisions.json] --command "bash scripts/gpu_check.sh ..." \
-        --out docs/results.json
+        [--precisions out/precisions.json] [--training out/training.json] \
+        --command "bash scripts/gpu_check.sh ..." --out docs/results.json
 
 --bench is bench/bench.py's --json output (no_grad serving times), --kernelbench
 bench/kernelbench_eval.py's (KernelBench's harness), --precisions bench/precisions.py's (every
-deployment precision against torch.compile; optional: its table is rendered only when present).
+deployment precision against torch.compile; optional: its table is rendered only when present),
+--training bench/training.py's (a training step against eager PyTorch, with peak memory;
+optional likewise).
 --command (repeatable) is what produced them, as a reader would type it again; bench.py also
 records its own command line. The commit is this checkout's HEAD (`git rev-parse HEAD`; a
 checkout with uncommitted changes is refused, since the numbers would belong to no commit), or
@@ -32,7 +34,7 @@ def git(*args: str) -> str:
 
 
 def collect(bench: dict, kernelbench: list, precisions: list | None, commands: list[str],
-            commit: str) -> dict:
+            commit: str, training: list | None = None) -> dict:
     if bench.get("device") != "cuda":
         raise ValueError(f"--bench is a run on {bench.get('device')!r}, not on a GPU: the "
                          "results tables are GPU results")
@@ -46,6 +48,10 @@ def collect(bench: dict, kernelbench: list, precisions: list | None, commands: l
               "kernelbench": kernelbench}
     if precisions is not None:
         result["precisions"] = precisions
+    if training is not None:
+        if not training:
+            raise ValueError("--training holds no rows")
+        result["training"] = training
     return result
 
 
@@ -55,6 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--kernelbench", type=Path, required=True,
                    help="bench/kernelbench_eval.py --json output")
     p.add_argument("--precisions", type=Path, help="bench/precisions.py --json output (optional)")
+    p.add_argument("--training", type=Path, help="bench/training.py --json output (optional)")
     p.add_argument("--command", action="append", default=[], required=True,
                    help="a command that produced the inputs (repeatable)")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "results.json")
@@ -78,7 +85,8 @@ def main(argv=None) -> int:
         result = collect(json.loads(args.bench.read_text()),
                          json.loads(args.kernelbench.read_text()),
                          json.loads(args.precisions.read_text()) if args.precisions else None,
-                         args.command, commit)
+                         args.command, commit,
+                         json.loads(args.training.read_text()) if args.training else None)
     except ValueError as error:
         p.error(str(error))
     args.out.parent.mkdir(parents=True, exist_ok=True)

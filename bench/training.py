@@ -3,7 +3,7 @@ and torch.compile of the reference, side by side in one process, with each step'
 
     python bench/training.py [--models 18,98,39,62] \
         [--modes float32,tf32,autocast-float16,autocast-bfloat16,bfloat16] \
-        [--batch 1024] [--steps 20] [--warmup 3] [--no-compile] [--json FILE]
+        [--batch 1024] [--steps 20] [--warmup 3] [--no-compile] [--breakdown] [--json FILE]
     python bench/training.py --device cpu --sizes small --steps 5 --no-compile   # a quick CPU run
 
 A step: zero_grad(set_to_none=True), forward, loss = y.float().square().mean(), backward,
@@ -17,6 +17,10 @@ it). Modes: float32 (torch's float32 matmul precision "ieee"), tf32
 model cast to bfloat16: weights and optimizer state in bfloat16). Model 39 trains. Peak memory:
 torch.cuda.max_memory_allocated() over one step, less what was allocated before it (weights,
 gradients of the previous step freed by zero_grad, optimizer state), on CUDA only.
+--breakdown (CUDA): where each variant's step time goes: the host's time to issue it while the
+GPU is still busy (a step that waits on the GPU shows the queued sleep's length), the GPU's
+kernel time and its largest kernels. A step whose host time exceeds its GPU time is bound by
+the host: its wall time is the host's, whatever the kernels do.
 The losses of --check-steps identical steps from identical weights are compared with the
 reference's (the largest relative difference, printed): a fast step that trains something else is
 no result. (Not the parameters: some gradients are rounding noise by the algebra, e.g. a
@@ -127,6 +131,35 @@ def time_steps(step, x, steps, warmup, device):
     return statistics.median(times), peak
 
 
+def breakdown(step, x, reps=3):
+    """Where a CUDA step's wall time goes: the host's time to issue it while the GPU is still busy
+    with a sleep kernel queued ahead (a step that waits on the GPU shows the sleep's length
+    here), the GPU's kernel time (torch.profiler, the kernels' durations summed), and its
+    largest kernels. Median of reps steps, each restored first."""
+    sleep_cycles = 50_000_000  # about 25 ms at 2 GHz: longer than any step's host work
+    issue, busy, kernels = [], [], {}
+    for _ in range(reps):
+        step.restore()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(sleep_cycles)
+        start = time.perf_counter()
+        step(x)
+        issue.append((time.perf_counter() - start) * 1e3)
+        torch.cuda.synchronize()
+        step.restore()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step(x)
+            torch.cuda.synchronize()
+        events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy.append(sum(e.device_time_total for e in events) / 1e3)
+        for e in events:
+            kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time_total / 1e3 / reps
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:6]
+    return {"host_issue_ms": statistics.median(issue), "gpu_busy_ms": statistics.median(busy),
+            "top_kernels_ms": [[name[:80], round(ms, 4)] for name, ms in top]}
+
+
 def measure(key, mode, args):
     init_args, batch = (SMALL_SIZES[key] if args.sizes == "small"
                         else (PROBLEMS[key].init_args, PROBLEMS[key].batch_size))
@@ -148,10 +181,13 @@ def measure(key, mode, args):
     if not args.no_compile:
         torch._dynamo.reset()
         variants["compile"] = torch.compile(copy.deepcopy(reference))
+    step_fn_of = {}
     for name, model in variants.items():
-        ms, peak = time_steps(step_fn(model, mode, args.device), x, args.steps, args.warmup,
-                              args.device)
+        step_fn_of[name] = step_fn(model, mode, args.device)
+        ms, peak = time_steps(step_fn_of[name], x, args.steps, args.warmup, args.device)
         row[f"{name}_ms"], row[f"{name}_peak_mib"] = ms, peak
+        if args.breakdown and args.device == "cuda":
+            row[f"{name}_breakdown"] = breakdown(step_fn_of[name], x)
     for name in ("eager", "compile"):
         if f"{name}_ms" in row:
             row[f"x_{name}"] = row[f"{name}_ms"] / row["fusedops_ms"]
@@ -174,6 +210,8 @@ def main(argv=None) -> int:
     p.add_argument("--check-steps", type=int, default=3)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--json", type=Path)
+    p.add_argument("--breakdown", action="store_true",
+                   help="CUDA: each step's host issue time, GPU kernel time and largest kernels")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/training.py: no CUDA device (--device cpu for a CPU run)")
@@ -200,6 +238,13 @@ def main(argv=None) -> int:
               f"| {fmt(r.get('compile_ms'), '.3f')} | {r['x_eager']:.2f} "
               f"| {fmt(r.get('x_compile'), '.2f')} | {fmt(r['fusedops_peak_mib'], '.0f')} "
               f"| {fmt(r['eager_peak_mib'], '.0f')} | {r['loss_rel_diff']:.1e} |")
+    for r in rows:
+        for name in ("eager", "fusedops", "compile"):
+            b = r.get(f"{name}_breakdown")
+            if b:
+                print(f"{r['model']} {r['mode']} {name}: host issue {b['host_issue_ms']:.3f} ms, "
+                      f"GPU kernels {b['gpu_busy_ms']:.3f} ms; largest: "
+                      + "; ".join(f"{n} {ms:.3f}" for n, ms in b["top_kernels_ms"]))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -80,6 +80,11 @@ std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
   return op.call(weight, bias);
 }
 
+at::Tensor gemm_nt(const at::Tensor& a, const at::Tensor& b) {
+  static auto op = find_op<decltype(gemm_nt)>("fusedops::gemm_nt");
+  return op.call(a, b);
+}
+
 std::vector<std::string> explain(const std::function<void()>& run) {
   plan::record_routes(true);
   try {
@@ -114,6 +119,7 @@ TORCH_LIBRARY(fusedops, m) {
   m.def("avgpool_fold_linear(Tensor weight, Tensor bias, int pool_kernel_size) "
         "-> (Tensor, Tensor)");
   m.def("sum_fold_linear(Tensor weight, Tensor bias) -> (Tensor, Tensor)");
+  m.def("gemm_nt(Tensor a, Tensor b) -> Tensor");
   // The weight-fold cache (ops/common/fold_cache.h), from Python, TorchScript and C++:
   // clear_fold_cache frees every fold now, or the folds of the weights given; fold_cache_stats
   // reports weights (holding folds), entries, bytes and misses (folds computed since the process

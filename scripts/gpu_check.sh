@@ -3,7 +3,8 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench results compare"
+#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench training results
+#     compare"
 #     leave steps out ("build" reuses the build directories of an earlier call on the same
 #     machine)
 #   FUSEDOPS_KERNELBENCH   a KernelBench checkout for the harness step (default .carry/kernelbench:
@@ -179,6 +180,13 @@ if ! skip kernelbench; then
     status[kernelbench]=1
   fi
 fi
+# Issue 40's training step (bench/training.py): eager PyTorch's step against fusedops', every
+# model and mode, with peak memory and the losses of identical steps (a step that trains
+# something else fails no test but shows there). No torch.compile column here: 20 compiles.
+if ! skip training; then
+  step training training.log "$FUSEDOPS_PYTHON" "$ROOT/bench/training.py" --no-compile \
+    --json "$OUT/training.json"
+fi
 # The results file (bench/results.py): the bench and kernelbench outputs of this call, the GPU,
 # the commit and this command, for docs/results.json (bench/render_results.py writes README's
 # and docs/PERFORMANCE.md's tables from it). The commit: git's HEAD, or FUSEDOPS_COMMIT where
@@ -187,9 +195,11 @@ fi
 if ! skip results && [[ ${status[bench]:-1} == 0 && ${status[kernelbench]:-1} == 0 ]]; then
   command="bash scripts/gpu_check.sh${*:+ $*}"
   [[ -n ${FUSEDOPS_GPU_CHECK_SKIP:-} ]] && command="FUSEDOPS_GPU_CHECK_SKIP=\"$FUSEDOPS_GPU_CHECK_SKIP\" $command"
+  training_args=()  # this call's training rows, where its step ran and passed
+  [[ ${status[training]:-1} == 0 ]] && training_args=(--training "$OUT/training.json")
   step results results.log "$FUSEDOPS_PYTHON" "$ROOT/bench/results.py" --bench "$OUT/bench.json" \
-    --kernelbench "$OUT/kernelbench.json" --command "$command" --out "$OUT/results.json" \
-    ${FUSEDOPS_COMMIT:+--commit "$FUSEDOPS_COMMIT"}
+    --kernelbench "$OUT/kernelbench.json" "${training_args[@]}" --command "$command" \
+    --out "$OUT/results.json" ${FUSEDOPS_COMMIT:+--commit "$FUSEDOPS_COMMIT"}
 fi
 if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]] && ! skip compare; then
   # One process per run (a process loads one libfusedops); the runs alternate so that drift

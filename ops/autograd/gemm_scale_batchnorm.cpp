@@ -1,19 +1,30 @@
 // Autograd for model 39 (Gemm_Scale_BatchNorm).
 //
 // Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), and in
-// eval mode also running_mean and running_var: backward recomputes the reference chain
-// linear -> * scale -> batch_norm (autograd/backward_by_recompute.h).
-//  - Training mode: batch_norm recomputes the batch statistics and backpropagates through them
-//    exactly as BatchNorm1d does. It is given no running statistics, so the backward never
-//    touches the real ones (the forward already updated them once). They are not saved either:
-//    the forward's own update would invalidate them as saved tensors.
+// eval mode also running_mean and running_var. The backward of a float32/float64 model (issue
+// 40) runs the reference's ops and their backward formulas directly, in its order (on the CPU
+// the gradients are the reference's bit for bit; on CUDA its three GEMMs run on the planner's
+// GEMM, autograd/backward_gemms.h): y = x W^T + b recomputed (the one GEMM of the
+// forward), z = y * scale, batch_norm's statistics and backward through the implementation
+// at::batch_norm picks (ATen's, or cuDNN's where enabled), scale's gradient sum(dz y), y's
+// dz * scale written over dz, then the Linear's three. Without autograd's graph over the
+// recomputation, at most y, z and dz live at once (then y, dz and the product for scale's
+// gradient): no more than the reference's activations.
+//  - Training mode: batch_norm recomputes the batch statistics. It is given no running
+//    statistics, so the backward never touches the real ones (the forward already updated them
+//    once). They are not saved either: the forward's own update would invalidate them.
 //  - Eval mode: batch_norm normalizes with the saved running statistics (constants).
+// A float16/bfloat16 model (the autocast form included: its casts are autograd's to follow), an
+// empty batch and a double backward (create_graph) recompute the reference chain linear ->
+// * scale -> batch_norm under autograd (autograd/backward_by_recompute.h) and differentiate it.
 //
 // running_mean, running_var and num_batches_tracked are mutated in place (Tensor(a!) in the
 // schema) and are not differentiable: their gradients are undefined, and since the kernel runs
 // below ADInplaceOrView, this kernel bumps their version counters the way an in-place ATen op
 // does, so autograd notices a later use of a stale saved copy.
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -22,6 +33,7 @@
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
+#include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -76,6 +88,63 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
+    // An empty batch too: BatchNorm's statistics of no rows are the reference's to define.
+    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type()) ||
+        saved[0].sym_size(0) == 0) {
+      return by_recompute(ctx, saved, grad_outputs);
+    }
+    const bool training = ctx->saved_data["training"].toBool();
+    const double eps = ctx->saved_data["eps"].toDouble();
+    const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &scale = saved[3],
+                     &gamma = saved[4], &beta = saved[5];
+    const std::optional<at::Tensor> running_mean =
+        training ? std::nullopt : std::optional<at::Tensor>(saved[6]);
+    const std::optional<at::Tensor> running_var =
+        training ? std::nullopt : std::optional<at::Tensor>(saved[7]);
+    // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    // The reference's ops and their backward formulas, in its order: the Linear, * scale, and
+    // batch_norm through the implementation it picks
+    // (cuDNN's where it is enabled, as F.batch_norm).
+    const at::Tensor y = autograd::backward_linear(x, weight, bias);
+    at::Tensor dz, dgamma, dbeta;
+    {
+      const at::Tensor z = y * scale;
+      auto [out, save_mean, save_var_transform, reserve, impl_index] = at::_batch_norm_impl_index(
+          z, gamma, beta, running_mean, running_var, training, /*momentum=*/0.0, eps,
+          at::globalContext().userEnabledCuDNN());
+      out.reset();  // only its statistics are needed
+      // The backward formula autograd records for the implementation that ran: cuDNN's and
+      // MIOpen's own in training mode, ATen's otherwise (derivatives.yaml). Not
+      // at::_batch_norm_impl_index_backward: it reads sizes that torch.compile's tracing has
+      // only as symbols.
+      const at::Tensor& g = grad_outputs[0];
+      if (training && impl_index == 1) {
+        std::tie(dz, dgamma, dbeta) = at::cudnn_batch_norm_backward(
+            z, g.contiguous(z.suggest_memory_format()), gamma, running_mean, running_var,
+            save_mean, save_var_transform, eps, reserve);
+      } else if (training && impl_index == 2) {
+        std::tie(dz, dgamma, dbeta) = at::miopen_batch_norm_backward(
+            z, g.contiguous(), gamma, running_mean, running_var, save_mean, save_var_transform,
+            eps);
+      } else {
+        std::tie(dz, dgamma, dbeta) = at::native_batch_norm_backward(
+            g, z, gamma, running_mean, running_var, save_mean, save_var_transform, training, eps,
+            {true, true, true});
+      }
+    }
+    variable_list grads(14);  // x, weight, bias, scale, bn_weight, bn_bias; none for the rest
+    if (ctx->needs_input_grad(3)) grads[3] = at::sum_to(dz * y, scale.sym_sizes());
+    const at::Tensor& dy = dz.mul_(scale);  // mul's gradient, in place: dz is not needed again
+    autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
+    if (ctx->needs_input_grad(4)) grads[4] = dgamma;
+    if (ctx->needs_input_grad(5)) grads[5] = dbeta;
+    return grads;
+  }
+
+ private:
+  static variable_list by_recompute(AutogradContext* ctx, const variable_list& saved,
+                                    const variable_list& grad_outputs) {
     const bool training = ctx->saved_data["training"].toBool();
     const double eps = ctx->saved_data["eps"].toDouble();
 

@@ -3,7 +3,8 @@
 // matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the non-tensor arguments). Its
 // backward is the model's own algebra (issue 40). With Wp, bp the pooled Linear (a k-window's
 // mean of W's rows and b's entries: avgpool_fold_linear), p = x Wp^T + bp (batch, out / k), a
-// GEMM k times smaller than the reference's, recomputed; h = scale gelu(p); out = max(h, 1),
+// GEMM k times smaller than the reference's, recomputed (on CUDA on the planner's GEMM:
+// autograd/backward_gemms.h); h = scale gelu(p); out = max(h, 1),
 // whose gradient goes to each row's argmax r (torch.max's own, on h: the first index on a tie, a
 // NaN where there is one). With c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp,
 // no GEMM; dL/dWp[r] = sum of c_i x_i over the rows whose argmax is r, and each of W's k rows of
@@ -15,19 +16,17 @@
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
 #include <ATen/ATen.h>
-#include <ATen/OpMathType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
-
-#include <string>
-#include <tuple>
-#include <vector>
 #include <torch/library.h>
 
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
+#include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -62,7 +61,6 @@ class MatmulAvgpoolGeluScaleMaxFunction
     autograd::keep_linear_inputs(ctx, x, weight, bias);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
-    ctx->saved_data["numerics"] = std::string(numerics);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
                                                    scale_factor, cache_folds, numerics);
@@ -79,33 +77,31 @@ class MatmulAvgpoolGeluScaleMaxFunction
     const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
     const int64_t k = ctx->saved_data["pool_kernel_size"].toInt();
     const double scale = ctx->saved_data["scale_factor"].toDouble();
-    // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
+    // In the forward's dtype, float32 or float64 here (autograd/backward_by_recompute.h: the
+    // same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::ScalarType acc = at::toOpMathType(x.scalar_type());
     at::Tensor wp, bp;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       std::tie(wp, bp) = fusedops::avgpool_fold_linear(weight, bias, k);
     }
-    wp = wp.to(acc);
-    const at::Tensor xa = x.to(acc);
-    const at::Tensor p = at::addmm(bp.to(acc), xa, wp.t());
+    const at::Tensor p = autograd::backward_linear(x, wp, bp);
     const at::Tensor r = std::get<1>(at::max(at::gelu(p) * scale, /*dim=*/1));
     const at::Tensor p_r = p.gather(1, r.unsqueeze(1)).squeeze(1);
-    const at::Tensor c = at::gelu_backward(grad_outputs[0].to(acc) * scale, p_r);
+    const at::Tensor c = at::gelu_backward(grad_outputs[0] * scale, p_r);
     variable_list grads(7);  // and none for the four non-tensor arguments
     if (ctx->needs_input_grad(0)) {
-      grads[0] = (c.unsqueeze(1) * wp.index_select(0, r)).to(x.scalar_type());
+      grads[0] = c.unsqueeze(1) * wp.index_select(0, r);
     }
     // An inference tensor weight (a model built under inference mode) gets none, as in the
     // reference, whose Linear reaches it through a view autograd cannot track (W^T).
     if (ctx->needs_input_grad(1) && !weight.is_inference()) {
-      const at::Tensor per_window = at::zeros_like(wp).index_add_(0, r, c.unsqueeze(1) * xa);
+      const at::Tensor per_window = at::zeros_like(wp).index_add_(0, r, c.unsqueeze(1) * x);
       grads[1] = spread_over_windows(per_window, k, weight);
     }
     if (ctx->needs_input_grad(2)) {
       grads[2] =
-          spread_over_windows(at::zeros_like(bp, c.options()).index_add_(0, r, c), k, bias);
+          spread_over_windows(at::zeros_like(bp).index_add_(0, r, c), k, bias);
     }
     return grads;
   }

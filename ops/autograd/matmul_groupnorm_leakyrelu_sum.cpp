@@ -1,10 +1,20 @@
 // Autograd for model 62 (Matmul_GroupNorm_LeakyReLU_Sum).
 //
-// Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope):
-// backward recomputes the reference chain linear -> group_norm -> leaky_relu -> v + v
-// (autograd/backward_by_recompute.h): the group statistics' terms of the gradient are
-// GroupNorm's own.
+// Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope). The
+// backward of a float32/float64 model (issue 40) runs the reference's ops and their backward
+// formulas directly, in its order (on the CPU the gradients are the reference's bit for bit; on
+// CUDA its three GEMMs run on the planner's GEMM, autograd/backward_gemms.h): y = x W^T
+// + b recomputed (the one GEMM of the forward), GroupNorm's output and group statistics
+// (native_group_norm, what group_norm calls), v + v's gradient 2g through LeakyReLU's backward
+// (the doubling is exact: 2 (g s) = (g + g) s for a power of two), GroupNorm's backward, then
+// the Linear's three. Without autograd's graph over the recomputation, at most y, GroupNorm's
+// output and its gradient live at once: less than the reference's activations.
+// A float16/bfloat16 model (the autocast form included: its casts are autograd's to follow), an
+// empty batch and a double backward (create_graph) recompute the reference chain linear ->
+// group_norm -> leaky_relu -> v + v under autograd (autograd/backward_by_recompute.h) and
+// differentiate it.
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -12,6 +22,7 @@
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
+#include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -41,6 +52,44 @@ class MatmulGroupnormLeakyreluSumFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
+    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type()) ||
+        saved[0].sym_size(0) == 0) {
+      return by_recompute(ctx, saved, grad_outputs);
+    }
+    const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
+    const double eps = ctx->saved_data["eps"].toDouble();
+    const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
+    const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &gamma = saved[3],
+                     &beta = saved[4];
+    // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const at::Tensor y = autograd::backward_linear(x, weight, bias);
+    const c10::SymInt n = y.sym_size(0), c = y.sym_size(1);
+    at::Tensor dnormalized;
+    at::Tensor mean, rstd;
+    {
+      at::Tensor normalized;
+      std::tie(normalized, mean, rstd) =
+          at::native_group_norm_symint(y, gamma, beta, n, c, /*HxW=*/1, num_groups, eps);
+      dnormalized = at::leaky_relu_backward(grad_outputs[0], normalized, negative_slope,
+                                            /*self_is_result=*/false)
+                        .mul_(2);
+    }
+    auto [dy, dgamma, dbeta] = at::native_group_norm_backward_symint(
+        dnormalized, y, mean, rstd, gamma, n, c, /*HxW=*/1, num_groups, {true, true, true});
+    dnormalized.reset();
+    // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
+    // cache_folds, numerics. (needs_input_grad counts the tensor arguments alone.)
+    variable_list grads(10);
+    autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
+    if (ctx->needs_input_grad(3)) grads[4] = dgamma;
+    if (ctx->needs_input_grad(4)) grads[5] = dbeta;
+    return grads;
+  }
+
+ private:
+  static variable_list by_recompute(AutogradContext* ctx, const variable_list& saved,
+                                    const variable_list& grad_outputs) {
     const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
     const double eps = ctx->saved_data["eps"].toDouble();
     const double negative_slope = ctx->saved_data["negative_slope"].toDouble();

@@ -206,4 +206,17 @@ void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias) {
   fold_weight_and_bias("sum_fold_linear", weight, bias);
 }
 
+void gemm_nt(const at::Tensor& a, const at::Tensor& b) {
+  constexpr const char* op = "gemm_nt";
+  floating(op, "a", a);
+  floating(op, "b", b);
+  dim(op, "a", a, 2, "(m, k)");
+  dim(op, "b", b, 2, "(n, k)");
+  TORCH_CHECK(a.sym_size(1) == b.sym_size(1), op, ": a must have ", b.sym_size(1),
+              " columns (k, the columns of b ", b.sym_sizes(), "), got ", a.sym_size(1),
+              " (a has shape ", a.sym_sizes(), ")");
+  same_dtype(op, "b", b, a, "a");
+  same_device(op, "b", b, a, "a");
+}
+
 }  // namespace fusedops::checks

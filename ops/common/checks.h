@@ -58,5 +58,6 @@ void matmul_groupnorm_leakyrelu_sum(const at::Tensor& x, const at::Tensor& weigh
 void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
                          int64_t pool_kernel_size);
 void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias);
+void gemm_nt(const at::Tensor& a, const at::Tensor& b);
 
 }  // namespace fusedops::checks

@@ -372,7 +372,9 @@ void Slot::verify(const FoldTensors& fresh) const {
 #endif
   for (size_t i = 0; i < kMaxFoldTensors; ++i) {
     const at::Tensor& cached = entry_->tensors[i];
-    if (!cached.defined()) continue;
+    // A host mirror of a CUDA fold's values is filled asynchronously (fold_cache.h): a fresh
+    // one may not hold them yet; the device tensors it mirrors are compared.
+    if (!cached.defined() || (sources_[0].is_cuda() && cached.is_cpu())) continue;
     const at::Tensor& made = fresh[i];
     const bool same = made.defined() && made.sizes().equals(cached.sizes()) &&
                       made.scalar_type() == cached.scalar_type() &&

@@ -94,13 +94,14 @@ struct FoldKind {
   const char* name;
 };
 
-inline constexpr size_t kMaxFoldTensors = 2;
+inline constexpr size_t kMaxFoldTensors = 3;
 // The bounds on one weight's folds (see Ownership above).
 inline constexpr size_t kMaxFoldsPerWeight = 16;
 inline constexpr int64_t kMaxFoldBytesPerWeightBytes = 4;
 
-// A fold's tensors (unused slots undefined). A fixed array: a hit copies two handles and
-// allocates nothing.
+// A fold's tensors (unused slots undefined). A fixed array: a hit copies three handles and
+// allocates nothing. A CUDA fold may hold a host tensor (pinned memory its kernels fill
+// asynchronously, e.g. the 3xFP16 engine's verdict): the fold check compares its device tensors.
 using FoldTensors = std::array<at::Tensor, kMaxFoldTensors>;
 
 namespace fold_cache_detail {

@@ -56,8 +56,8 @@ LinearOutput run_fallback(const PlannedLinear& planned, const at::Tensor& x,
                           const at::Tensor& weight, const at::Tensor& bias,
                           const at::Tensor& weight_key, bool cache_folds, const char* refused);
 
-// Why the 3xFP16 engine refuses a weight: its range check (gemm/gemm_3xfp16.h), or a first
-// call inside a CUDA-graph capture (the check reads a flag on the host).
+// Why the 3xFP16 engine refuses a weight: its range check, once the verdict is on the host
+// (gemm/gemm_3xfp16.h), or a first call inside a CUDA-graph capture (no fold is made there).
 inline constexpr const char* kWeightRefused3xFp16 =
     "the 3xFP16 engine refused the weight (inf/nan, rows 2^26 below its largest, or a first "
     "call inside a CUDA-graph capture)";

@@ -117,7 +117,7 @@ bool large_for_fp16_engine(const GemmRequest& r) {
 
 // float32-exact from 65 rows, where W's fold outlives the call: from 65 rows cuBLAS's SGEMM
 // changes tiles and this engine measured faster (docs/PERFORMANCE.md, issue 25), at 33-64 rows
-// the same. Where the fold is made per call (a pass over W and a host sync), 128 rows.
+// the same. Where the fold is made per call (passes over W), 128 rows.
 bool large_for_fp16_engine_exact(const GemmRequest& r) {
   return r.m >= (r.folds_cached ? kMin3xFp16CachedRows : kMin3xFp16Rows) &&
          gemm_flop(r) >= kMin3xFp16Flop;

@@ -71,7 +71,7 @@ struct GemmRequest {
   bool folded_weight = false;
   // W's folds outlive the call: cached, and the call does not train the weights (a training
   // step's optimizer writes them after it). Where they do not, a route whose fold of W is made
-  // per call (W's fp16 pair: a pass over W and a host sync) costs more than the GEMM itself at
+  // per call (W's fp16 pair: passes over W) costs more than the GEMM itself at
   // small batches, and training follows the reference's GEMM.
   bool folds_cached = true;
   // The operator's autocast form (common/checks.h): x and weight in dtype, everything after

@@ -22,6 +22,7 @@ constexpr const char* kOperators[] = {
     "fusedops::matmul_groupnorm_leakyrelu_sum",
     "fusedops::avgpool_fold_linear",
     "fusedops::sum_fold_linear",
+    "fusedops::gemm_nt",
 };
 
 TEST(Registration, EveryOperatorHasSchemaCpuAndMetaKernels) {

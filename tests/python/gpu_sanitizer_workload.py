@@ -20,13 +20,20 @@ CASES = [  # odd widths, a pool that does not divide, tiny groups, batch 3
 ]
 
 
-def engine_case(key, init_args, m, k, label):
+def engine_case(key, init_args, m, k, label, refused_weight=False):
     """One forward through the forced 3xFP16 engine with guarded and zero rows, in eval mode,
-    against the reference; prints and returns whether it matched."""
+    against the reference; prints and returns whether it matched. refused_weight: W holds an
+    inf, and the call makes W's fold (its range check, on the GPU, refuses it) while the GPU is
+    busy: every row guarded."""
     prob = PROBLEMS[key]
     ref = prob.model(*init_args).cuda().eval()
     new = prob.model_new(*init_args).cuda().eval()
     new.load_state_dict(ref.state_dict())
+    if refused_weight:
+        with torch.no_grad():
+            for model in (ref, new):
+                model.gemm.weight[5, 7] = float("inf")  # model 39
+        torch.cuda._sleep(20_000_000)
     x = torch.randn(m, k, device="cuda")
     x[1, 3] = float("inf")
     x[2] *= 2.0 ** -140
@@ -89,6 +96,8 @@ def main():
                                             f"39 eval 3xfp16 {m}x{n}x{k}")
             failures += not engine_case("98", (1001, 366, 7, -1.5), 77, 1001,
                                         "98 3xfp16 77x366x1001")
+            failures += not engine_case("39", (1024, 256, (256,)), 128, 1024,
+                                        "39 eval 3xfp16 refused weight", refused_weight=True)
         # TF32 allowed, model 39 in training above 1024 rows: the one-product GEMM with the
         # column moments in its epilogue (a partial last tile of 76 rows, a partial 256-wide
         # tile, a guarded row), and a width so narrow that K is split (its own route: the moments

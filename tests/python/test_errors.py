@@ -40,6 +40,8 @@ def base_args(name, device, dtype=torch.float32):
         return dict(weight=w, bias=b, pool_kernel_size=3)
     if name == "sum_fold_linear":
         return dict(weight=w, bias=b)
+    if name == "gemm_nt":
+        return dict(a=x, b=w)
     raise KeyError(name)
 
 
@@ -167,6 +169,20 @@ OP_CASES = {
          lit("bias must have shape [20] (out_features), got shape [19]")),
         ("bias-float64", lambda a: a.update(bias=a["bias"].double()),
          lit("bias must have the same dtype as weight (Float), got Double")),
+    ],
+    "gemm_nt": [
+        ("a-1d", lambda a: a.update(a=a["a"][0]),
+         lit("gemm_nt: a must be a 2-D tensor (m, k), got a 1-D tensor of shape [12]")),
+        ("b-3d", lambda a: a.update(b=a["b"].unsqueeze(0)),
+         lit("gemm_nt: b must be a 2-D tensor (n, k), got a 3-D tensor of shape [1, 20, 12]")),
+        ("a-wrong-k", lambda a: a.update(a=a["a"][:, :-1]),
+         lit("gemm_nt: a must have 12 columns (k, the columns of b [20, 12]), got 11 "
+             "(a has shape [6, 11])")),
+        ("b-float64", lambda a: a.update(b=a["b"].double()),
+         lit("gemm_nt: b must have the same dtype as a (Float), got Double")),
+        ("a-int", lambda a: a.update(a=a["a"].long()),
+         lit("gemm_nt: a must be a floating-point tensor (float32, float64, float16 or "
+             "bfloat16), got Long")),
     ],
 }
 
@@ -376,3 +392,22 @@ def test_model_device_mismatch(key):
     with pytest.raises(RuntimeError,
                        match=lit("must be on the same device as x (cuda:0), got cpu")):
         new_cpu(x.cuda())
+
+
+def test_gemm_nt_rejects_on_meta_too():
+    args = base_args("gemm_nt", "meta")
+    assert ops.gemm_nt(**args).shape == (B, N_OUT)
+    with pytest.raises(RuntimeError, match=lit("gemm_nt: a must have 12 columns")):
+        ops.gemm_nt(args["a"][:, :-1], args["b"])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("moved", ["a", "b"])
+def test_gemm_nt_device_mismatch(moved):
+    """One operand on the CPU, the other on cuda:0: the CUDA kernel rejects it, naming both."""
+    args = base_args("gemm_nt", "cuda")
+    args[moved] = args[moved].cpu()
+    message = ("b must be on the same device as a (cpu), got cuda:0" if moved == "a"
+               else "b must be on the same device as a (cuda:0), got cpu")
+    with pytest.raises(RuntimeError, match=lit("gemm_nt: " + message)):
+        ops.gemm_nt(**args)

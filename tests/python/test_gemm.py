@@ -6,6 +6,7 @@ Through model 39 in eval mode: its forward is y = x W^T then a per-column affine
 errors show unchanged. FUSEDOPS_FP32_GEMM=3xfp16 forces the engine at small sizes; where the
 engine cannot run, that setting is an error, never a silent fallback, so a passing test here ran
 the engine."""
+import copy
 import threading
 
 import pytest
@@ -117,12 +118,22 @@ def assert_matches_with_nonfinite(out, expected, expected64):
     assert_float32(out[finite], expected[finite], expected64[finite])
 
 
+def assert_exact_for_refused_weight(kind, out, expected, expected64):
+    if kind == "tiny_row":
+        assert_float32(out, expected, expected64)
+    else:  # an inf or nan in W reaches every row: compare element by element
+        assert torch.equal(torch.isnan(out), torch.isnan(expected))
+        assert_within_tolerance(out, expected, tolerance_for(torch.float32), expected64)
+
+
 @requires_hopper
+@pytest.mark.parametrize("m,n,k", GUARD_SIZES, ids=["splitk", "tiles"])
 @pytest.mark.parametrize("kind", ["inf", "nan", "tiny_row"])
-def test_weight_refused_runs_exact_path(engine, kind):
-    """A weight the split cannot carry (inf/nan, or a row 2^-60 below the largest) runs the
-    exact SGEMM: same results as the reference, and no fp16 pair kept."""
-    ref, new = model39(1024, 512)
+def test_weight_refused_is_exact_from_the_first_call(engine, kind, m, n, k):
+    """A weight the split cannot carry (inf/nan, or a row 2^-60 below the largest) is checked on
+    the GPU: its first call guards every row (recomputed exactly), and once the verdict is on the
+    host the next call runs the exact SGEMM, which explain names. Both match the reference."""
+    ref, new = model39(k, n)
     with torch.no_grad():
         for model in (ref, new):
             if kind == "inf":
@@ -131,26 +142,57 @@ def test_weight_refused_runs_exact_path(engine, kind):
                 model.gemm.weight[7, 0] = float("nan")
             else:
                 model.gemm.weight[11] *= 2.0 ** -60
-    x = make_input((256, 1024), "randn", device="cuda")
+    x = make_input((m, k), "randn", device="cuda")
+    expected, expected64 = run_trio(ref, new, x)[1:3]
+    torch.ops.fusedops.clear_fold_cache()
+    torch.cuda._sleep(20_000_000)  # the GPU busy: the verdict cannot reach the host in the call
+    torch.ops.fusedops.record_routes(True)
+    try:
+        with torch.no_grad():
+            first = new(x)  # makes the fold
+    finally:
+        torch.ops.fusedops.record_routes(False)
+    routes = list(torch.ops.fusedops.routes_taken())
+    # The engine's route (split-K or not), no fallback: the guard recomputed the rows.
+    assert len(routes) == 1 and ": 3xfp16" in routes[0] and "instead of" not in routes[0], routes
+    assert_exact_for_refused_weight(kind, first, expected, expected64)
+    torch.cuda.synchronize()  # the verdict's copy has landed
+    later = fusedops.explain(new, x)
+    assert ": sgemm (the 3xFP16 engine refused the weight" in later[-1], later
     out, expected, expected64, _ = run_trio(ref, new, x)
-    if kind == "tiny_row":
-        assert_float32(out, expected, expected64)
-    else:  # an inf or nan in W reaches every row: compare element by element
-        assert torch.equal(torch.isnan(out), torch.isnan(expected))
-        assert_within_tolerance(out, expected, tolerance_for(torch.float32), expected64)
-    assert torch.ops.fusedops.fold_cache_stats()["bytes"] == 0
+    assert_exact_for_refused_weight(kind, out, expected, expected64)
+
+
+@requires_hopper
+def test_weight_preparation_never_waits_on_the_gpu(engine):
+    """W's range check, scale and split stay on the GPU: a call that makes the fold (every call
+    of a training step) issues without a host sync, as CUDA's sync debug mode sees it."""
+    ref, new = model39(1024, 512)
+    x = make_input((256, 1024), "randn", device="cuda")
+    with torch.no_grad():
+        new(x)  # the library's first-use work (settings, device facts) outside the check
+        torch.ops.fusedops.clear_fold_cache()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = new(x)  # a fresh fold
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert torch.ops.fusedops.fold_cache_stats()["entries"] == 1
+        expected, expected64 = ref(x), ref.double()(x.double())
+    assert_float32(out, expected, expected64.float())
 
 
 @requires_hopper
 def test_fold_is_one_weight(engine):
-    """The engine keeps W's fp16 pair: one W's bytes (3xTF32 kept two), plus its 4-byte scale."""
+    """The engine keeps W's fp16 pair: one W's bytes (3xTF32 kept two), plus its scale and
+    verdict (8 bytes on the GPU) and the verdict's host copy (4 bytes)."""
     k, n = 2048, 1024
     ref, new = model39(k, n)
     with torch.no_grad():
         new(make_input((256, k), "rand", device="cuda"))
     stats = torch.ops.fusedops.fold_cache_stats()
     assert stats["entries"] == 1
-    assert stats["bytes"] == n * k * 4 + 4, stats
+    assert stats["bytes"] == n * k * 4 + 8 + 4, stats
 
 
 @requires_hopper
@@ -260,3 +302,47 @@ def test_rows_far_apart_keep_their_bits(engine):
     x[9] *= 2.0 ** -100
     out, expected, expected64, _ = run_trio(ref, new, x)
     assert_float32(out, expected, expected64)
+
+
+def step_grads(model, x, grad_out):
+    model.zero_grad(set_to_none=True)
+    x = x.detach().clone().requires_grad_()
+    model(x).backward(grad_out)
+    return {"x": x.grad, **{name: p.grad for name, p in model.named_parameters()}}
+
+
+@requires_hopper
+@pytest.mark.parametrize("key,init_args", [("39", (1024, 512, (512,))), ("62", (1024, 512, 8)),
+                                           ("98", (1024, 64, 4, 2.0))], ids=["39", "62", "98"])
+def test_training_step_on_the_engine_without_a_host_sync(engine, key, init_args):
+    """Issue 40: a float32 training step's GEMMs, forward and backward (the backward's through
+    gemm_nt), run on the 3xFP16 engine: no cuBLAS float32 GEMM kernel runs, and nothing in the
+    step waits on the GPU (CUDA's sync debug mode: W's fold, made every step, stays on the GPU).
+    The gradients meet the float32 tolerance against the reference's in float64 (model 98 with
+    16 pooled columns: a row's maximum then has no near-tie that float32 could break
+    differently)."""
+    ref, new = make_pair(key, init_args, device="cuda")
+    ref64 = copy.deepcopy(ref).double()
+    for model in (ref64, new):
+        model.train()
+    x = make_input((256, init_args[0]), "randn", device="cuda")
+    grad_out = torch.randn_like(ref(x))
+    expected = step_grads(ref64, x.double(), grad_out.double())
+    step_grads(new, x, grad_out)  # the library's first-use work outside the checks
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            grads = step_grads(new, x, grad_out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    kernels = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    assert any("GemmUniversal" in name for name in kernels), sorted(kernels)
+    cublas_f32 = sorted(n for n in kernels if "sgemm" in n or "f32f32" in n)
+    assert not cublas_f32, cublas_f32
+    # One scale for every gradient (test_autograd.py's rule): a bias whose gradient cancels to
+    # nearly zero behind BatchNorm is compared at the magnitude of the terms it sums.
+    scale = max(1.0, max(e.abs().max().item() for e in expected.values()))
+    for name, g in grads.items():
+        torch.testing.assert_close(g.double(), expected[name], rtol=1e-4, atol=1e-5 * scale,
+                                   msg=lambda m: f"grad of {name}: {m}")

@@ -108,6 +108,25 @@ def test_floor_table_only_from_a_run_with_floors():
                          "| 39 (16384 x 4096) | - | - | 1.05x / 1.12x | - | - | - |"]
 
 
+def test_training_table_only_from_a_run_with_training_rows():
+    assert "has no training table" in render.render_training(FIXTURE)
+    # FIXTURE: synthetic values, not measurements. Model 18 in two modes, no compile column.
+    row = {"model": "18", "batch": 1024, "fusedops_peak_mib": 0.004, "eager_peak_mib": 32.0}
+    with_training = dict(FIXTURE, training=[
+        dict(row, mode="float32", fusedops_ms=1.5, eager_ms=6.0, x_eager=4.0),
+        dict(row, mode="bfloat16", fusedops_ms=1.4, eager_ms=1.4, x_eager=1.0,
+             fusedops_peak_mib=98.0, eager_peak_mib=80.0)])
+    lines = render.render_training(with_training).splitlines()
+    assert lines[2] == "| model | " + " | ".join(render.TRAINING_MODES) + " |"
+    assert lines[4] == "| 18 | 4x (1.5 ms) | - | - | - | 1x (1.4 ms) |"
+    assert lines[-1] == "| 18 | 0 / 32 | - | - | - | 98 / 80 |"
+    # With torch.compile timed, its ratio follows the slash.
+    compiled = dict(FIXTURE, training=[dict(row, mode="float32", fusedops_ms=1.5, eager_ms=6.0,
+                                            x_eager=4.0, compile_ms=4.5, x_compile=3.0)])
+    assert render.render_training(compiled).splitlines()[4] == (
+        "| 18 | 4x / 3x (1.5 ms) | - | - | - | - |")
+
+
 @pytest.mark.parametrize("key", ["gpu", "commit", "commands", "bench", "kernelbench"])
 def test_results_without_gpu_commit_or_command_are_refused(key):
     broken = copy.deepcopy(FIXTURE)
@@ -126,6 +145,8 @@ def documents(root: Path, readme_body: str, compile_body: str, kb_body: str):
     (root / "docs" / "PERFORMANCE.md").write_text(
         f"<!-- results:compile:begin -->\n{compile_body}\n<!-- results:compile:end -->\nmiddle\n"
         f"<!-- results:floor:begin -->\n{render.render_floor(FIXTURE)}\n<!-- results:floor:end -->\n"
+        f"<!-- results:training:begin -->\n{render.render_training(FIXTURE)}\n"
+        "<!-- results:training:end -->\n"
         f"<!-- results:kernelbench:begin -->\n{kb_body}\n<!-- results:kernelbench:end -->\n")
 
 
@@ -179,7 +200,9 @@ def test_collector_records_gpu_commit_and_commands():
     assert (result["gpu"], result["commit"], result["commands"]) == (
         "Fixture GPU", "abc123", ["bash scripts/gpu_check.sh"])
     assert result["bench"]["command"] == "bench/bench.py --fixture"
-    assert "precisions" not in result
+    assert "precisions" not in result and "training" not in result
+    with pytest.raises(ValueError, match="--training holds no rows"):
+        collector.collect(FIXTURE_BENCH, FIXTURE_KB, None, ["x"], "abc", training=[])
     with pytest.raises(ValueError, match="not on a GPU"):
         collector.collect(dict(FIXTURE_BENCH, device="cpu"), FIXTURE_KB, None, ["x"], "abc")
     with pytest.raises(ValueError, match="--command"):

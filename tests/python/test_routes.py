@@ -154,6 +154,8 @@ def test_explain_on_hopper_reports_the_engines_and_a_refused_weight():
         assert ": 3xfp16 (" in fusedops.explain(new, x)[0]
         with torch.no_grad():
             new.gemm.weight[3, 5] = float("inf")  # the engine's range check refuses the weight
+        fusedops.explain(new, x)  # makes W's fold: its verdict reaches the host asynchronously
+        torch.cuda.synchronize()
         lines = fusedops.explain(new, x)
     assert len(lines) == 2, lines
     assert ": 3xfp16 (" in lines[0]

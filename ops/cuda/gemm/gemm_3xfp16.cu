@@ -45,6 +45,13 @@ constexpr int kRowSpreadBits = 30;
 
 constexpr int kThreads = 256;
 
+// The weight's verdict and scale on the device ((2,) int32, its fold's second tensor): W's
+// power-of-two shift, and 1 where the split carries W at float32 accuracy, 0 where the check
+// refused it.
+struct WeightState {
+  static constexpr int kShift = 0, kCarried = 1, kSize = 2;
+};
+
 // The power of two that puts `max` into [2^14, 2^15).
 __host__ __device__ inline int scale_shift(float max) {
   int e = 0;
@@ -120,13 +127,17 @@ __device__ __forceinline__ void split_row(const float* s, __half* d, int64_t k, 
   }
 }
 
-// The weight's split: one scale (shift) for the whole tensor, block per row.
+// The weight's split: one scale for the whole tensor (state: WeightState), block per row. A
+// weight the check refused is written as zeros: the GEMMs then add nothing, finite, to the
+// rows the guard recomputes.
 __global__ void __launch_bounds__(kThreads)
 split_weight_kernel(const float* __restrict__ src, __half* __restrict__ dst, int64_t rows,
-                    int64_t k, int64_t kp, int shift) {
+                    int64_t k, int64_t kp, const int* __restrict__ state) {
+  const int shift = state[WeightState::kShift];
+  const bool refused = state[WeightState::kCarried] == 0;
   const bool vector = k % 4 == 0 && is_16_byte_aligned(src);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    split_row<Split::kPairLoFirst>(src + row * k, dst + row * 2 * kp, k, kp, shift, false,
+    split_row<Split::kPairLoFirst>(src + row * k, dst + row * 2 * kp, k, kp, shift, refused,
                                    vector);
   }
 }
@@ -143,6 +154,48 @@ struct RowRange {
   __device__ __forceinline__ void take(float4 q) { take(q.x); take(q.y); take(q.z); take(q.w); }
 };
 
+// W's range, block per row: each row's largest magnitude, or inf where the row holds inf/nan.
+__global__ void __launch_bounds__(kThreads)
+weight_rows_kernel(const float* __restrict__ w, float* __restrict__ row_max, int64_t rows,
+                   int64_t k) {
+  __shared__ float scratch[kThreads / kWarpSize];
+  const bool vector = k % 4 == 0 && is_16_byte_aligned(w);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* src = w + row * k;
+    RowRange range;
+    if (vector) {
+      for (int64_t c = 4 * static_cast<int64_t>(threadIdx.x); c < k; c += 4 * kThreads) {
+        range.take(*reinterpret_cast<const float4*>(src + c));
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < k; c += kThreads) range.take(src[c]);
+    }
+    const float m = block_max(range.max, scratch);
+    const float bad = block_max(range.bad, scratch);
+    if (threadIdx.x == 0) row_max[row] = bad != 0.0f ? INFINITY : m;
+  }
+}
+
+// W's verdict from its row maxima, one block: carried (finite, and no nonzero row more than
+// 2^kRowRangeBits below the largest) and W's scale, into `state` (WeightState).
+__global__ void __launch_bounds__(kThreads)
+weight_verdict_kernel(const float* __restrict__ row_max, int64_t rows, int* __restrict__ state) {
+  __shared__ float scratch[kThreads / kWarpSize];
+  float top = 0.0f, least = INFINITY;
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) {
+    const float v = row_max[r];
+    top = fmaxf(top, v);
+    if (v > 0.0f) least = fminf(least, v);
+  }
+  top = block_max(top, scratch);
+  least = -block_max(-least, scratch);
+  if (threadIdx.x == 0) {
+    const bool carried = isfinite(top) && !(top > 0.0f && least < ldexpf(top, -kRowRangeBits));
+    state[WeightState::kShift] = carried ? scale_shift(top) : 0;
+    state[WeightState::kCarried] = carried ? 1 : 0;
+  }
+}
+
 // Rows up to kCachedK wide (16-byte aligned, K a multiple of 4) stay in registers between the
 // range pass and the split: x is read from memory once.
 constexpr int kCachedVectors = 8;
@@ -155,7 +208,7 @@ constexpr int64_t kCachedK = 4 * kThreads * kCachedVectors;
 template <Split kSplit>
 __global__ void __launch_bounds__(kThreads)
 split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t rows, int64_t k,
-                  int64_t kp, int* __restrict__ guard, const int* __restrict__ weight_shift) {
+                  int64_t kp, int* __restrict__ guard, const int* __restrict__ weight_state) {
   __shared__ float scratch[kThreads / kWarpSize];
   __shared__ int row_shift;
   __shared__ bool zero_row;
@@ -163,7 +216,8 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
   float* alpha = reinterpret_cast<float*>(guard + layout.alpha());
   float* beta = reinterpret_cast<float*>(guard + layout.beta());
   int* listed = guard + layout.rows();
-  const int sw = *weight_shift;
+  const int sw = weight_state[WeightState::kShift];
+  const bool weight_refused = weight_state[WeightState::kCarried] == 0;
   const bool vector = k % 4 == 0 && is_16_byte_aligned(x);
   const bool cached = vector && k <= kCachedK;  // then kp <= kCachedK as well
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -191,7 +245,7 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
       const int shift = scale_shift(m);
       // alpha = 2^-(sx + sw) and beta = alpha 2^-11 must be normal float32 numbers.
       const int total = shift + sw;
-      const bool zero = bad != 0.0f || total > 126 - 11 || total < -127 ||
+      const bool zero = weight_refused || bad != 0.0f || total > 126 - 11 || total < -127 ||
                         (m > 0.0f && least < ldexpf(m, -kRowSpreadBits));
       alpha[row] = zero ? 0.0f : ldexpf(1.0f, -total);
       beta[row] = zero ? 0.0f : ldexpf(kCrossWeight, -total);
@@ -256,40 +310,53 @@ unsigned grid_rows(int64_t rows) {
 // W's scale and fp16 pair: one fold of this engine's kind (param: the padded K).
 constexpr FoldKind kSplit3xFp16Fold{"3xfp16 weight split"};
 
-// The prepared weight, named; stored in the cache as its two tensors.
+// The prepared weight, named; stored in the cache as its three tensors.
 struct PreparedWeight {
-  at::Tensor pair;   // (N, 2 kp) fp16, [lo | hi]; undefined: W failed the range check
-  at::Tensor shift;  // (1,) int32: W's power-of-two scale
-  static PreparedWeight of(const FoldTensors& t) { return {t[0], t[1]}; }
-  FoldTensors tensors() const { return {pair, shift}; }
+  at::Tensor pair;     // (N, 2 kp) fp16, [lo | hi] (zeros where W was refused)
+  at::Tensor state;    // (2,) int32 on W's device: WeightState
+  at::Tensor verdict;  // (1,) int32, pinned host memory: WeightState::kCarried's value once
+                       // its copy lands, -1 before
+  static PreparedWeight of(const FoldTensors& t) { return {t[0], t[1], t[2]}; }
+  FoldTensors tensors() const { return {pair, state, verdict}; }
+  // The host knows W was refused: its verdict arrived (asynchronously) and says so. Read while
+  // the copy may still be in flight: a 4-byte aligned value lands whole, -1 or the verdict.
+  bool known_refused() const {
+    return !pair.defined() || *static_cast<volatile const int*>(verdict.data_ptr<int>()) == 0;
+  }
 };
 
-// The weight preparation: W's scale (one power of two for the tensor) and its fp16 pair
-// [lo | hi], one fold. The range check reads W's row maxima on the host: once per weight.
-// An undefined pair means W failed the check (inf/nan, or rows too far below its maximum).
+// The weight preparation, all on the GPU, nothing read on the host: W's row maxima, its
+// verdict and scale (one power of two for the tensor), its fp16 pair [lo | hi]; one fold. The
+// verdict is also copied to pinned host memory, asynchronously: calls that find it there run
+// the caller's exact path; until then the split guards every row of x (split_rows_kernel),
+// which the guard's exact fixup recomputes: a refused weight is exact from its first call.
 PreparedWeight prepare_weight_3xfp16(const at::Tensor& weight) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &capture));
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
     return {};  // not cached during capture (common/fold_cache.h); the exact path runs
   }
   const int64_t n = weight.size(0), k = weight.size(1), kp = padded_k(k);
-  const at::Tensor row_max = weight.abs().amax(1);  // nan propagates, inf stays inf
-  const float inf = std::numeric_limits<float>::infinity();
-  const at::Tensor summary =
-      at::stack({row_max.max(), row_max.masked_fill(row_max == 0, inf).min(),
-                 at::isfinite(row_max).all().to(at::kFloat)})
-          .cpu();
-  const float w_max = summary[0].item<float>(), smallest_row = summary[1].item<float>();
-  const bool finite = summary[2].item<float>() != 0.0f;
-  if (!finite || (w_max > 0.0f && smallest_row < std::ldexp(w_max, -kRowRangeBits))) return {};
-  const int shift = scale_shift(w_max);
-  at::Tensor pair = at::empty({n, 2 * kp}, weight.options().dtype(at::kHalf));
-  split_weight_kernel<<<grid_rows(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      weight.data_ptr<float>(), reinterpret_cast<__half*>(pair.data_ptr<at::Half>()), n, k, kp,
-      shift);
+  const at::Tensor row_max = at::empty({n}, weight.options());
+  weight_rows_kernel<<<grid_rows(n), kThreads, 0, stream>>>(weight.data_ptr<float>(),
+                                                            row_max.data_ptr<float>(), n, k);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {pair, at::full({1}, shift, weight.options().dtype(at::kInt))};
+  PreparedWeight prepared;
+  prepared.state = at::empty({WeightState::kSize}, weight.options().dtype(at::kInt));
+  weight_verdict_kernel<<<1, kThreads, 0, stream>>>(row_max.data_ptr<float>(), n,
+                                                    prepared.state.data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  prepared.pair = at::empty({n, 2 * kp}, weight.options().dtype(at::kHalf));
+  split_weight_kernel<<<grid_rows(n), kThreads, 0, stream>>>(
+      weight.data_ptr<float>(), reinterpret_cast<__half*>(prepared.pair.data_ptr<at::Half>()), n,
+      k, kp, prepared.state.data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  prepared.verdict = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  *prepared.verdict.data_ptr<int>() = -1;
+  prepared.verdict.copy_(prepared.state.narrow(0, WeightState::kCarried, 1),
+                         /*non_blocking=*/true);
+  return prepared;
 }
 
 // Both operands split: W's fp16 pair from its fold (made once), x's split now with the guard
@@ -305,7 +372,7 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   const PreparedWeight prepared = PreparedWeight::of(
       fold_weights(kSplit3xFp16Fold, kp, {weight_key}, cache_folds,
                    [&] { return prepare_weight_3xfp16(weight).tensors(); }));
-  if (!prepared.pair.defined()) return false;
+  if (prepared.known_refused()) return false;
   ops.w_pair = prepared.pair;
   const GuardLayout layout{m};
   ops.guard = at::empty({layout.size()}, x.options().dtype(at::kInt));
@@ -318,7 +385,7 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
                                          : split_rows_kernel<Split::kPairHiFirst>;
   kernel<<<grid_rows(m), kThreads, 0, stream>>>(
       x.data_ptr<float>(), reinterpret_cast<__half*>(ops.x_split.data_ptr<at::Half>()), m, k, kp,
-      ops.guard.data_ptr<int>(), prepared.shift.data_ptr<int>());
+      ops.guard.data_ptr<int>(), prepared.state.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

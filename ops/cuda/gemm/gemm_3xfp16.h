@@ -11,9 +11,9 @@
 // Error at 1024 x 8192 x 8192: see docs/PERFORMANCE.md.
 //
 // Pieces, each named:
-//   weight preparation  prepare_weight_3xfp16: scale + split of W, cached as ONE fold of the
-//                       engine's own kind (the fp16 pair is one W's bytes), with W's range
-//                       check done once there.
+//   weight preparation  prepare_weight_3xfp16: range check, scale and split of W, all on the
+//                       GPU (no host sync: a training step refolds every call), cached as ONE
+//                       fold of the engine's own kind (the fp16 pair is one W's bytes).
 //   activation split    per call, on the GPU, one pass over x: a block reads its row's range,
 //                       then splits the row (the second read hits L2); no host sync.
 //   range guard         rows of x the split cannot carry at float32 accuracy (inf/nan; a row
@@ -21,8 +21,9 @@
 //                       float32's normal range) get alpha = 0, are listed on the GPU and are
 //                       recomputed exactly in float64 afterwards (fixup_rows, or the fused
 //                       epilogue of an operator: epilogue_3xfp16.cuh). A weight that fails the
-//                       same check (found once, when its fold is made) sends the whole GEMM to
-//                       the exact cuBLAS path instead (the plan's fallback, cuda/linear.cu).
+//                       same check guards every row until its verdict, copied to the host
+//                       asynchronously, is there; from then on its GEMMs take the exact cuBLAS
+//                       path instead (the plan's fallback, cuda/linear.cu).
 //   mainloops           sm90_kernels.h (CUTLASS SM90 pieces).
 //   epilogues           y itself (per-row alpha/beta in the promoted GEMM's epilogue, or the
 //                       split-K combination), or the raw K-slice partials for an operator that
@@ -54,9 +55,10 @@ namespace fusedops::cuda::gemm {
 //
 // y (M, N) float32 = x (M, K) W (N, K)^T. x and weight contiguous float32 on the current
 // device; weight_key owns the cached fold; sm_count: the device's SMs (plan::DeviceFacts), for
-// the split-K slices and the grids (heuristics.h). Returns false (y untouched) when the weight
-// fails the range check, or, during a CUDA-graph capture, when its fold is not made yet (the
-// check reads a flag on the host): the caller then runs its exact path.
+// the split-K slices and the grids (heuristics.h). Returns false (y untouched) when the host
+// knows the weight failed the range check (its fold's verdict arrived), or, during a CUDA-graph
+// capture, when its fold is not made yet (folds are not made in a capture): the caller then
+// runs its exact path.
 bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
                       const at::Tensor& weight_key, bool cache_folds, Products products,
                       int sm_count, at::Tensor& y);
@@ -66,8 +68,8 @@ bool linear_nt_3xfp16(const at::Tensor& x, const at::Tensor& weight,
 // column means and sums of squared deviations from them, into `moments` (made for
 // kMomentsTileRows). Only where the GEMM runs unsplit (the planner's kFp16x1Fused rule,
 // heuristics.h's slices). Their `changed_rows` is the engine's guard (its count first): the rows
-// recomputed exactly after the moments were taken. Returns false when the weight fails the range
-// check (y untouched).
+// recomputed exactly after the moments were taken. Returns false where linear_nt_3xfp16 does
+// (y untouched).
 inline constexpr int64_t kMomentsTileRows = kTileM;
 bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& weight_key, bool cache_folds, int sm_count,
@@ -83,15 +85,15 @@ struct Partials3xFp16 {
   Partials3xFp16View view;  // y's values as an epilogue reads them (pointers into the above)
 };
 
-// As linear_nt_3xfp16, but leaves `out` instead of y. Returns false when the weight fails the
-// range check (out untouched).
+// As linear_nt_3xfp16, but leaves `out` instead of y. Returns false where linear_nt_3xfp16
+// does (out untouched).
 bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& weight_key, bool cache_folds, Products products,
                                int sm_count, Partials3xFp16& out);
 
 // x and W split for another engine's kernel (the skinny kernel's float32 form, skinny_half.h):
-// each row two fp16 halves kp (K padded to the engine's K step) apart. Returns false when the
-// weight fails the range check (nothing split).
+// each row two fp16 halves kp (K padded to the engine's K step) apart. Returns false where
+// linear_nt_3xfp16 does (nothing split).
 struct SplitPair {
   at::Tensor x_pair;  // (M, 2 kp) fp16: [hi | lo], each row scaled by its own power of two
   at::Tensor w_pair;  // (N, 2 kp) fp16: [lo | hi], scaled once (W's cached fold)

@@ -28,8 +28,8 @@ struct SkinnyOperands {
   bool is_pair() const { return pair.x_pair.defined(); }
 };
 
-// The operands of one call. False when a float32 weight fails the 3xFP16 range check: the
-// caller then runs its plan's fallback. weight_key owns W's cached fold.
+// The operands of one call. False where the host knows a float32 weight failed the 3xFP16
+// range check (gemm_3xfp16.h): the caller then runs its plan's fallback. weight_key owns W's cached fold.
 bool skinny_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
                      bool cache_folds, SkinnyOperands& out);
 

@@ -81,6 +81,12 @@ std::tuple<at::Tensor, at::Tensor> avgpool_fold_linear(const at::Tensor& weight,
 std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
                                                    const at::Tensor& bias);
 
+// Helper: a b^T, a (m, k) and b (n, k) of one floating dtype, on the GEMM the planner picks for
+// the dtype and torch's float32 matmul precision: on CUDA in float32, as accurate as PyTorch's
+// float32 GEMM (the 3xFP16 engine where it runs, ops/cuda/gemm/gemm_3xfp16.h); on the CPU,
+// ATen's. The operators' backward passes run their GEMMs on it. Differentiable.
+at::Tensor gemm_nt(const at::Tensor& a, const at::Tensor& b);
+
 // The weight-fold cache (the rules are in ops/common/fold_cache.h). Folds are cached on their
 // weight tensors and freed when those die. clear_fold_cache() frees every fold now: call it
 // after writing weights in a way the version counter cannot see (memcpy into data_ptr(),

@@ -1,0 +1,32 @@
+// The GEMM helper a b^T on CUDA: the planner's unfused route for the dtype and torch's float32
+// matmul precision (cuda/linear.h), no fold kept (b is an operand of one call: a backward
+// pass's transposed weight or activation). The result in a's dtype.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "common/checks.h"
+#include "common/fold_cache.h"
+#include "cuda/linear.h"
+
+namespace fusedops {
+namespace {
+
+at::Tensor gemm_nt_cuda(const at::Tensor& a, const at::Tensor& b) {
+  checks::gemm_nt(a, b);
+  const OperatorCall call("gemm_nt", /*cache_folds=*/false);
+  const c10::cuda::CUDAGuard device_guard(a.device());
+  const at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  const cuda::PlannedLinear planned =
+      cuda::plan_linear(cuda::LinearNeeds{"gemm_nt"}, ac, bc, Numerics::kAccurate,
+                        /*cache_folds=*/false);
+  const at::Tensor y =
+      cuda::run_linear(planned, ac, bc, /*bias=*/at::Tensor(), b, /*cache_folds=*/false).y;
+  return y.scalar_type() == a.scalar_type() ? y : y.to(a.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fusedops, CUDA, m) { m.impl("gemm_nt", &gemm_nt_cuda); }
+
+}  // namespace fusedops
