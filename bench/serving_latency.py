@@ -10,7 +10,10 @@ Per row: `call` = CUDA events around one Python call on an idle GPU (the host wo
 first launch counts, as it does for a server's request), median of --reps; models 18 and 98
 with a warm L2 (their folded weights fit it), 39 and 62 with L2 flushed before each call.
 `host` = perf_counter around the call without synchronizing (what the call costs the CPU).
-`graph` = a captured CUDA graph of the call replayed (kernels only). `floor` = one read of the
+`graph` = a captured CUDA graph of the call replayed (kernels only). `gcall` = one call of
+fusedops.CudaGraphs(model) (docs/GUIDE.md, "CUDA graphs"), timed as `call`: the input copied in,
+the replay, the output cloned out and the check of the weights' versions, what a server that
+replays graphs pays (--no-graph leaves out both graph columns). `floor` = one read of the
 weights the call must read at --hbm-tbs. `before` = the same call on the route those sizes took
 before the weight-streaming tensor-core kernel, timed in the same run: float16/bfloat16 with
 FUSEDOPS_HALF_GEMM=cublas, float32 with FUSEDOPS_FP32_GEMM=ieee (SGEMM, or the float32 skinny
@@ -188,6 +191,7 @@ def main(argv=None):
     flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     rows = []
     print(f"{'model':>5} {'dtype':>9} {'batch':>5} {'call':>8} {'host':>8} {'graph':>8} "
+          f"{'gcall':>8} "
           f"{'before':>8} {'eager':>8} {'floor':>8} {'x eager':>8} {'x floor':>8}  (ms)")
     for key in args.models.split(","):
         prob = PROBLEMS[key]
@@ -197,6 +201,7 @@ def main(argv=None):
             ref = prob.model(*prob.init_args).cuda().to(dtype).eval()
             new = prob.model_new(*prob.init_args).cuda().to(dtype).eval()
             new.load_state_dict(ref.state_dict())
+            graphs = fusedops.CudaGraphs(new)
             flush = None if key in WARM_L2 else flush_buf
             floor_ms = weight_bytes(key, new) / (args.hbm_tbs * 1e12) * 1e3
             for batch in [int(b) for b in args.batches.split(",")]:
@@ -209,20 +214,26 @@ def main(argv=None):
                     call = time_events(lambda: new(x), args.reps, flush)
                     host = time_host(lambda: new(x), args.reps)
                     eager = time_events(lambda: ref(x), args.reps, flush)
-                    graph = None if args.no_graph else time_graph(lambda: new(x), args.reps, flush)
+                    graph = gcall = None
+                    if not args.no_graph:
+                        graph = time_graph(lambda: new(x), args.reps, flush)
+                        graphs(x)  # captures this batch's graph
+                        gcall = time_events(lambda: graphs(x), args.reps, flush)
                     before_route = ({"FUSEDOPS_FP32_GEMM": "ieee"} if dtype == torch.float32
                                     else {"FUSEDOPS_HALF_GEMM": "cublas"})
                     with fusedops.settings(**before_route):
                         new(x)
                         before = time_events(lambda: new(x), args.reps, flush)
                 row = dict(model=key, dtype=dname, batch=batch, call_ms=call, host_ms=host,
-                           graph_ms=graph, before_ms=before, eager_ms=eager, floor_ms=floor_ms,
+                           graph_ms=graph, graph_call_ms=gcall, before_ms=before,
+                           eager_ms=eager, floor_ms=floor_ms,
                            l2="warm" if flush is None else f"cold ({args.flush} flush)")
                 rows.append(row)
-                g = f"{graph:8.4f}" if graph is not None else f"{'-':>8}"
-                print(f"{key:>5} {dname:>9} {batch:>5} {call:8.4f} {host:8.4f} {g} {before:8.4f} {eager:8.4f} "
+                g, gc = (f"{v:8.4f}" if v is not None else f"{'-':>8}" for v in (graph, gcall))
+                print(f"{key:>5} {dname:>9} {batch:>5} {call:8.4f} {host:8.4f} {g} {gc} "
+                      f"{before:8.4f} {eager:8.4f} "
                       f"{floor_ms:8.4f} {eager / call:8.2f} {call / floor_ms:8.2f}", flush=True)
-            del ref, new
+            del ref, new, graphs
             torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -14,6 +14,7 @@ from .reference import Model18, Model39, Model62, Model98  # noqa: E402
 from .model_new import ModelNew18, ModelNew39, ModelNew62, ModelNew98  # noqa: E402
 from .problems import PROBLEMS, Problem, get_init_inputs, get_inputs, get_problem  # noqa: E402
 from .routes import checking_folds, explain, reload_settings, settings  # noqa: E402
+from .cuda_graphs import CudaGraphs  # noqa: E402
 
 # The FUSEDOPS_* settings, read now: a bad value fails the import, naming the variable, the
 # allowed values and the value given (ops/plan/settings.h), rather than the first call.
@@ -24,4 +25,5 @@ __all__ = [
     "ModelNew18", "ModelNew39", "ModelNew62", "ModelNew98",
     "PROBLEMS", "Problem", "get_init_inputs", "get_inputs", "get_problem",
     "library_path", "load_library", "checking_folds", "explain", "reload_settings", "settings",
+    "CudaGraphs",
 ]
