@@ -11,6 +11,7 @@
 #include <torch/autograd.h>
 
 #include "autograd/backward_by_recompute.h"
+#include "common/kept_linear.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops::autograd {
@@ -26,6 +27,26 @@ inline at::Tensor backward_linear(const at::Tensor& x, const at::Tensor& weight,
                                   const at::Tensor& bias) {
   if (!x.is_cuda()) return reference_linear(x, weight, bias);
   return fusedops::gemm_nt(x, weight).add_(bias);
+}
+
+// The y an operator's CUDA kernel handed over under `keep` (common/kept_linear.h), for the
+// backward: kept where it is x's dtype (float32/float64 x: the accumulation dtype; a half
+// forward's backward recomputes its chain), whether it holds the bias in the context.
+// Undefined where nothing was kept.
+inline at::Tensor keep_linear_output(torch::autograd::AutogradContext* ctx,
+                                     const KeepLinear& keep, const at::Tensor& x) {
+  const KeptLinear& kept = keep.kept();
+  const bool usable = kept.y.defined() && kept.y.scalar_type() == x.scalar_type();
+  ctx->saved_data["y_has_bias"] = usable && kept.bias_added;
+  return usable ? kept.y : at::Tensor();
+}
+
+// The forward's Linear x W^T + b: the y keep_linear_output saved (`kept`), or recomputed.
+inline at::Tensor forward_linear(torch::autograd::AutogradContext* ctx, const at::Tensor& kept,
+                                 const at::Tensor& x, const at::Tensor& weight,
+                                 const at::Tensor& bias) {
+  if (!kept.defined()) return backward_linear(x, weight, bias);
+  return ctx->saved_data["y_has_bias"].toBool() ? kept : kept + bias;
 }
 
 // The Linear's gradients from dy = dL/dy, each where autograd needs it: x's dy W, W's dy^T x,

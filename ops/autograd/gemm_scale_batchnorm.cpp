@@ -1,11 +1,12 @@
 // Autograd for model 39 (Gemm_Scale_BatchNorm).
 //
-// Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), and in
-// eval mode also running_mean and running_var. The backward of a float32/float64 model (issue
-// 40) runs the reference's ops and their backward formulas directly, in its order (on the CPU
-// the gradients are the reference's bit for bit; on CUDA its three GEMMs run on the planner's
-// GEMM, autograd/backward_gemms.h): y = x W^T + b recomputed (the one GEMM of the
-// forward), z = y * scale, batch_norm's statistics and backward through the implementation
+// Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), in eval
+// mode also running_mean and running_var, and last the forward's y where kept. The backward of
+// a float32/float64 model (issue 40) runs the reference's ops and their backward formulas
+// directly, in its order (on the CPU the gradients are the reference's bit for bit; on CUDA its
+// GEMMs run on the planner's GEMM, autograd/backward_gemms.h): y = x W^T + b as the CUDA
+// forward wrote it (kept, common/kept_linear.h; recomputed where a route never writes it, and
+// on the CPU), z = y * scale, batch_norm's statistics and backward through the implementation
 // at::batch_norm picks (ATen's, or cuDNN's where enabled), scale's gradient sum(dz y), y's
 // dz * scale written over dz, then the Linear's three. Without autograd's graph over the
 // recomputation, at most y, z and dz live at once (then y, dz and the product for scale's
@@ -34,6 +35,7 @@
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
 #include "autograd/backward_gemms.h"
+#include "common/kept_linear.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -61,12 +63,6 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
                             const at::Tensor& num_batches_tracked, bool training,
                             std::optional<double> momentum, double eps, bool cache_folds,
                             c10::string_view numerics) {
-    if (training) {
-      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias});
-    } else {
-      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, running_mean,
-                              running_var});
-    }
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
 
@@ -76,6 +72,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     at::Tensor var_to_update = running_var;
     at::Tensor count_to_update = num_batches_tracked;
     at::Tensor out;
+    const KeepLinear keep;  // y, where the CUDA kernel writes it (common/kept_linear.h)
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       out = fusedops::gemm_scale_batchnorm(x, weight, bias, scale, bn_weight, bn_bias,
@@ -83,6 +80,14 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
                                            training, momentum, eps, cache_folds, numerics);
     }
     if (training) bump_versions(running_mean, running_var, num_batches_tracked);
+    // y last; the running statistics (eval mode) after the six inputs.
+    const at::Tensor y = autograd::keep_linear_output(ctx, keep, x);
+    if (training) {
+      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, y});
+    } else {
+      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, running_mean,
+                              running_var, y});
+    }
     return out;
   }
 
@@ -103,10 +108,10 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
         training ? std::nullopt : std::optional<at::Tensor>(saved[7]);
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    // The reference's ops and their backward formulas, in its order: the Linear, * scale, and
-    // batch_norm through the implementation it picks
-    // (cuDNN's where it is enabled, as F.batch_norm).
-    const at::Tensor y = autograd::backward_linear(x, weight, bias);
+    // The reference's ops and their backward formulas, in its order: the Linear (its y kept
+    // from the forward, or recomputed), * scale, and batch_norm through the implementation it
+    // picks (cuDNN's where it is enabled, as F.batch_norm).
+    const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
     at::Tensor dz, dgamma, dbeta;
     {
       const at::Tensor z = y * scale;

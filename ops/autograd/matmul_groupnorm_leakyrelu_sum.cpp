@@ -1,14 +1,16 @@
 // Autograd for model 62 (Matmul_GroupNorm_LeakyReLU_Sum).
 //
-// Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope). The
-// backward of a float32/float64 model (issue 40) runs the reference's ops and their backward
-// formulas directly, in its order (on the CPU the gradients are the reference's bit for bit; on
-// CUDA its three GEMMs run on the planner's GEMM, autograd/backward_gemms.h): y = x W^T
-// + b recomputed (the one GEMM of the forward), GroupNorm's output and group statistics
-// (native_group_norm, what group_norm calls), v + v's gradient 2g through LeakyReLU's backward
-// (the doubling is exact: 2 (g s) = (g + g) s for a power of two), GroupNorm's backward, then
-// the Linear's three. Without autograd's graph over the recomputation, at most y, GroupNorm's
-// output and its gradient live at once: less than the reference's activations.
+// Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope), and last
+// the forward's y where kept. The backward of a float32/float64 model (issue 40) runs the
+// reference's ops and their backward formulas directly, in its order (on the CPU the gradients
+// are the reference's bit for bit; on CUDA its GEMMs run on the planner's GEMM,
+// autograd/backward_gemms.h): y = x W^T + b as the CUDA forward wrote it (kept,
+// common/kept_linear.h; recomputed where a route never writes it, and on the CPU), GroupNorm's
+// output and group statistics (native_group_norm, what group_norm calls), v + v's gradient 2g
+// through LeakyReLU's backward (the doubling is exact: 2 (g s) = (g + g) s for a power of
+// two), GroupNorm's backward, then the Linear's three. Without autograd's graph over the
+// recomputation, at most y, GroupNorm's output and its gradient live at once: less than the
+// reference's activations.
 // A float16/bfloat16 model (the autocast form included: its casts are autograd's to follow), an
 // empty batch and a double backward (create_graph) recompute the reference chain linear ->
 // group_norm -> leaky_relu -> v + v under autograd (autograd/backward_by_recompute.h) and
@@ -23,6 +25,7 @@
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
 #include "autograd/backward_gemms.h"
+#include "common/kept_linear.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops {
@@ -40,14 +43,20 @@ class MatmulGroupnormLeakyreluSumFunction
                             const at::Tensor& gn_weight, const at::Tensor& gn_bias, double eps,
                             double negative_slope, bool cache_folds,
                             c10::string_view numerics) {
-    ctx->save_for_backward({x, weight, bias, gn_weight, gn_bias});
     ctx->saved_data["num_groups"] = num_groups;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["negative_slope"] = negative_slope;
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
-                                                    gn_bias, eps, negative_slope, cache_folds,
-                                                    numerics);
+    at::Tensor out;
+    const KeepLinear keep;  // y, where the CUDA kernel writes it (common/kept_linear.h)
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      out = fusedops::matmul_groupnorm_leakyrelu_sum(x, weight, bias, num_groups, gn_weight,
+                                                     gn_bias, eps, negative_slope, cache_folds,
+                                                     numerics);
+    }
+    ctx->save_for_backward(
+        {x, weight, bias, gn_weight, gn_bias, autograd::keep_linear_output(ctx, keep, x)});
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -63,7 +72,7 @@ class MatmulGroupnormLeakyreluSumFunction
                      &beta = saved[4];
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::Tensor y = autograd::backward_linear(x, weight, bias);
+    const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
     const c10::SymInt n = y.sym_size(0), c = y.sym_size(1);
     at::Tensor dnormalized;
     at::Tensor mean, rstd;

@@ -13,6 +13,7 @@
 
 #include "common/checks.h"
 #include "common/fold_cache.h"
+#include "common/kept_linear.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/batchnorm.h"
 #include "cuda/epilogues/scale_batchnorm_fused.h"
@@ -92,6 +93,7 @@ at::Tensor gemm_scale_batchnorm_cuda(const at::Tensor& x, const at::Tensor& weig
     }
   }
   if (!tiles) linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  keep_linear(linear.y, linear.bias_added);  // for the backward (common/kept_linear.h)
   cuda::BatchNormArgs args{linear.bias_added ? at::Tensor() : bc,
                            scale,
                            gamma,

@@ -11,6 +11,7 @@
 
 #include "common/checks.h"
 #include "common/fold_cache.h"
+#include "common/kept_linear.h"
 #include "common/numerics.h"
 #include "cuda/epilogues/groupnorm_leakyrelu_sum.h"
 #include "cuda/epilogues/groupnorm_leakyrelu_sum_fused.h"
@@ -91,6 +92,7 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_cuda(const at::Tensor& x, const at::Te
     }
   }
   const cuda::LinearOutput linear = cuda::run_linear(planned, xc, wc, bc, weight, cache_folds);
+  keep_linear(linear.y, linear.bias_added);  // for the backward (common/kept_linear.h)
   // Eager (float16/bfloat16 results): the reference's roundings of the GroupNorm and LeakyReLU
   // outputs.
   cuda::groupnorm_leakyrelu_sum_pass(cuda::y_for_epilogue(linear, out_dtype),
