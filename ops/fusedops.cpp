@@ -85,6 +85,14 @@ at::Tensor gemm_nt(const at::Tensor& a, const at::Tensor& b) {
   return op.call(a, b);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> groupnorm_leakyrelu_sum_backward(
+    const at::Tensor& grad_out, const at::Tensor& y, const at::Tensor& gn_weight,
+    const at::Tensor& gn_bias, int64_t num_groups, double eps, double negative_slope) {
+  static auto op = find_op<decltype(groupnorm_leakyrelu_sum_backward)>(
+      "fusedops::groupnorm_leakyrelu_sum_backward");
+  return op.call(grad_out, y, gn_weight, gn_bias, num_groups, eps, negative_slope);
+}
+
 std::vector<std::string> explain(const std::function<void()>& run) {
   plan::record_routes(true);
   try {
@@ -120,6 +128,9 @@ TORCH_LIBRARY(fusedops, m) {
         "-> (Tensor, Tensor)");
   m.def("sum_fold_linear(Tensor weight, Tensor bias) -> (Tensor, Tensor)");
   m.def("gemm_nt(Tensor a, Tensor b) -> Tensor");
+  m.def("groupnorm_leakyrelu_sum_backward(Tensor grad_out, Tensor y, Tensor gn_weight, "
+        "Tensor gn_bias, int num_groups, float eps, float negative_slope) "
+        "-> (Tensor, Tensor, Tensor)");
   // The weight-fold cache (ops/common/fold_cache.h), from Python, TorchScript and C++:
   // clear_fold_cache frees every fold now, or the folds of the weights given; fold_cache_stats
   // reports weights (holding folds), entries, bytes and misses (folds computed since the process

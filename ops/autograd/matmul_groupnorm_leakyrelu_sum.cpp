@@ -2,15 +2,15 @@
 //
 // Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope), and last
 // the forward's y where kept. The backward of a float32/float64 model (issue 40) runs the
-// reference's ops and their backward formulas directly, in its order (on the CPU the gradients
-// are the reference's bit for bit; on CUDA its GEMMs run on the planner's GEMM,
-// autograd/backward_gemms.h): y = x W^T + b as the CUDA forward wrote it (kept,
-// common/kept_linear.h; recomputed where a route never writes it, and on the CPU), GroupNorm's
-// output and group statistics (native_group_norm, what group_norm calls), v + v's gradient 2g
-// through LeakyReLU's backward (the doubling is exact: 2 (g s) = (g + g) s for a power of
-// two), GroupNorm's backward, then the Linear's three. Without autograd's graph over the
-// recomputation, at most y, GroupNorm's output and its gradient live at once: less than the
-// reference's activations.
+// reference's backward formulas directly (on the CPU its ops, so that the gradients are the
+// reference's bit for bit; on CUDA its GEMMs on the planner's GEMM, autograd/backward_gemms.h):
+// y = x W^T + b as the CUDA forward wrote it (kept, common/kept_linear.h; recomputed where a
+// route never writes it, and on the CPU), then GroupNorm's, LeakyReLU's and v + v's backward
+// in one helper operator (fusedops::groupnorm_leakyrelu_sum_backward: on the CPU ATen's
+// GroupNorm and its backward, on CUDA one pass), then the Linear's three. Without autograd's
+// graph over the recomputation, at most y, y's gradient and two per-element terms (CUDA) or
+// GroupNorm's output and its gradient (CPU) live at once: no more than the reference's
+// activations.
 // A float16/bfloat16 model (the autocast form included: its casts are autograd's to follow), an
 // empty batch and a double backward (create_graph) recompute the reference chain linear ->
 // group_norm -> leaky_relu -> v + v under autograd (autograd/backward_by_recompute.h) and
@@ -73,20 +73,8 @@ class MatmulGroupnormLeakyreluSumFunction
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
-    const c10::SymInt n = y.sym_size(0), c = y.sym_size(1);
-    at::Tensor dnormalized;
-    at::Tensor mean, rstd;
-    {
-      at::Tensor normalized;
-      std::tie(normalized, mean, rstd) =
-          at::native_group_norm_symint(y, gamma, beta, n, c, /*HxW=*/1, num_groups, eps);
-      dnormalized = at::leaky_relu_backward(grad_outputs[0], normalized, negative_slope,
-                                            /*self_is_result=*/false)
-                        .mul_(2);
-    }
-    auto [dy, dgamma, dbeta] = at::native_group_norm_backward_symint(
-        dnormalized, y, mean, rstd, gamma, n, c, /*HxW=*/1, num_groups, {true, true, true});
-    dnormalized.reset();
+    auto [dy, dgamma, dbeta] = fusedops::groupnorm_leakyrelu_sum_backward(
+        grad_outputs[0], y, gamma, beta, num_groups, eps, negative_slope);
     // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
     // cache_folds, numerics. (needs_input_grad counts the tensor arguments alone.)
     variable_list grads(10);

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 namespace fusedops::checks {
 
 void floating(const char* op, const char* name, const at::Tensor& t) {
@@ -217,6 +219,31 @@ void gemm_nt(const at::Tensor& a, const at::Tensor& b) {
               " (a has shape ", a.sym_sizes(), ")");
   same_dtype(op, "b", b, a, "a");
   same_device(op, "b", b, a, "a");
+}
+
+void groupnorm_leakyrelu_sum_backward(const at::Tensor& grad_out, const at::Tensor& y,
+                                       const at::Tensor& gn_weight, const at::Tensor& gn_bias,
+                                       int64_t num_groups) {
+  constexpr const char* op = "groupnorm_leakyrelu_sum_backward";
+  floating(op, "y", y);
+  dim(op, "y", y, 2, "(batch, hidden_size)");
+  floating(op, "grad_out", grad_out);
+  TORCH_CHECK(grad_out.sym_sizes() == y.sym_sizes(), op, ": grad_out must have y's shape ",
+              y.sym_sizes(), ", got ", grad_out.sym_sizes());
+  same_dtype(op, "grad_out", grad_out, y, "y");
+  same_device(op, "grad_out", grad_out, y, "y");
+  const c10::SymInt& hidden = y.sym_size(1);
+  TORCH_CHECK(num_groups > 0, op, ": num_groups must be greater than zero, got ", num_groups);
+  TORCH_CHECK(hidden % num_groups == 0, op,
+              ": num_groups must divide hidden_size (the columns of y), got num_groups=",
+              num_groups, ", hidden_size=", hidden);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"gn_weight", gn_weight},
+                                {"gn_bias", gn_bias}}) {
+    floating(op, name, t);
+    vector_of(op, name, t, hidden, "hidden_size");
+    same_dtype(op, name, t, y, "y");
+    same_device(op, name, t, y, "y");
+  }
 }
 
 }  // namespace fusedops::checks

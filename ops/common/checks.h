@@ -59,5 +59,8 @@ void avgpool_fold_linear(const at::Tensor& weight, const at::Tensor& bias,
                          int64_t pool_kernel_size);
 void sum_fold_linear(const at::Tensor& weight, const at::Tensor& bias);
 void gemm_nt(const at::Tensor& a, const at::Tensor& b);
+void groupnorm_leakyrelu_sum_backward(const at::Tensor& grad_out, const at::Tensor& y,
+                                       const at::Tensor& gn_weight, const at::Tensor& gn_bias,
+                                       int64_t num_groups);
 
 }  // namespace fusedops::checks

@@ -23,6 +23,7 @@ constexpr const char* kOperators[] = {
     "fusedops::avgpool_fold_linear",
     "fusedops::sum_fold_linear",
     "fusedops::gemm_nt",
+    "fusedops::groupnorm_leakyrelu_sum_backward",
 };
 
 TEST(Registration, EveryOperatorHasSchemaCpuAndMetaKernels) {

@@ -249,6 +249,29 @@ def main():
             ok = "skinny-3xfp16" in line and torch.allclose(out_new, out_ref, atol=1e-4, rtol=1e-4)
             print(f"{key} float32 n={n} batch {batch} wide blocks: {'ok' if ok else 'MISMATCH ' + line}")
             failures += not ok
+    # The backward (issue 40): a float32 training step of each model, gradients against the
+    # float64 reference; model 62's at groups of 1, 3, 16 and 40 channels (one lane, a partial
+    # warp, the default, more than a warp) through its one-pass backward kernel, 39's with the
+    # forward's y kept.
+    for key, init_args in (("98", (77, 50, 7, -1.5)), ("18", (77, 50)), ("39", (77, 50, (50,))),
+                           ("62", (77, 48, 48)), ("62", (77, 48, 16)), ("62", (77, 64, 4)),
+                           ("62", (77, 80, 2))):
+        prob = PROBLEMS[key]
+        ref = prob.model(*init_args).cuda().double()
+        new = prob.model_new(*init_args).cuda()
+        new.load_state_dict(ref.state_dict())
+        x = prob.make_input(300, init_args, dist="randn", device="cuda")
+        g = torch.randn(300, *new(x).shape[1:], device="cuda")
+        grads = []
+        for model, xin, gin in ((ref, x.double(), g.double()), (new, x, g)):
+            xin = xin.clone().requires_grad_()
+            model(xin).backward(gin)
+            grads.append([xin.grad] + [p.grad for p in model.parameters()])
+        torch.cuda.synchronize()
+        ok = all(torch.allclose(a.double(), e, atol=1e-3 * max(1.0, e.abs().max().item()),
+                                rtol=1e-3) for a, e in zip(grads[1], grads[0]))
+        print(f"{key} {init_args} float32 training step: {'ok' if ok else 'MISMATCH'}")
+        failures += not ok
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")
     b = torch.randn(50, device="cuda")

@@ -42,6 +42,11 @@ def base_args(name, device, dtype=torch.float32):
         return dict(weight=w, bias=b)
     if name == "gemm_nt":
         return dict(a=x, b=w)
+    if name == "groupnorm_leakyrelu_sum_backward":
+        y = torch.randn(B, N_OUT, **kw)
+        return dict(grad_out=torch.randn_like(y), y=y, gn_weight=torch.ones(N_OUT, **kw),
+                    gn_bias=torch.zeros(N_OUT, **kw), num_groups=4, eps=1e-5,
+                    negative_slope=0.01)
     raise KeyError(name)
 
 
@@ -183,6 +188,28 @@ OP_CASES = {
         ("a-int", lambda a: a.update(a=a["a"].long()),
          lit("gemm_nt: a must be a floating-point tensor (float32, float64, float16 or "
              "bfloat16), got Long")),
+    ],
+    "groupnorm_leakyrelu_sum_backward": [
+        ("y-1d", lambda a: a.update(y=a["y"][0], grad_out=a["grad_out"][0]),
+         lit("groupnorm_leakyrelu_sum_backward: y must be a 2-D tensor (batch, hidden_size), "
+             "got a 1-D tensor of shape [20]")),
+        ("grad-out-shape", lambda a: a.update(grad_out=a["grad_out"][:-1]),
+         lit("groupnorm_leakyrelu_sum_backward: grad_out must have y's shape [6, 20], got "
+             "[5, 20]")),
+        ("grad-out-float64", lambda a: a.update(grad_out=a["grad_out"].double()),
+         lit("groupnorm_leakyrelu_sum_backward: grad_out must have the same dtype as y "
+             "(Float), got Double")),
+        ("groups-zero", lambda a: a.update(num_groups=0),
+         lit("groupnorm_leakyrelu_sum_backward: num_groups must be greater than zero, got 0")),
+        ("groups-not-dividing", lambda a: a.update(num_groups=3),
+         lit("groupnorm_leakyrelu_sum_backward: num_groups must divide hidden_size (the "
+             "columns of y), got num_groups=3, hidden_size=20")),
+        ("gn-weight-size", lambda a: a.update(gn_weight=a["gn_weight"][:-1]),
+         lit("groupnorm_leakyrelu_sum_backward: gn_weight must have shape [20] (hidden_size), "
+             "got shape [19]")),
+        ("gn-bias-float64", lambda a: a.update(gn_bias=a["gn_bias"].double()),
+         lit("groupnorm_leakyrelu_sum_backward: gn_bias must have the same dtype as y "
+             "(Float), got Double")),
     ],
 }
 
@@ -399,6 +426,38 @@ def test_gemm_nt_rejects_on_meta_too():
     assert ops.gemm_nt(**args).shape == (B, N_OUT)
     with pytest.raises(RuntimeError, match=lit("gemm_nt: a must have 12 columns")):
         ops.gemm_nt(args["a"][:, :-1], args["b"])
+
+
+def test_groupnorm_leakyrelu_sum_backward_on_meta_and_not_differentiable():
+    """Meta checks as the kernels do; a call autograd would record is refused by name (a double
+    backward of model 62 never calls it)."""
+    args = base_args("groupnorm_leakyrelu_sum_backward", "meta")
+    shapes = [t.shape for t in ops.groupnorm_leakyrelu_sum_backward(**args)]
+    assert shapes == [(B, N_OUT), (N_OUT,), (N_OUT,)]
+    with pytest.raises(RuntimeError, match=lit("num_groups must divide hidden_size")):
+        ops.groupnorm_leakyrelu_sum_backward(**{**args, "num_groups": 3})
+    args = base_args("groupnorm_leakyrelu_sum_backward", "cpu")
+    args["y"].requires_grad_()
+    with pytest.raises(RuntimeError, match=lit(
+            "groupnorm_leakyrelu_sum_backward: is not differentiable; call it with grad mode "
+            "off")):
+        ops.groupnorm_leakyrelu_sum_backward(**args)
+    with torch.no_grad():
+        assert ops.groupnorm_leakyrelu_sum_backward(**args)[0].shape == (B, N_OUT)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("moved", ["y", "grad_out", "gn_weight"])
+def test_groupnorm_leakyrelu_sum_backward_device_mismatch(moved):
+    args = base_args("groupnorm_leakyrelu_sum_backward", "cuda")
+    args[moved] = args[moved].cpu()
+    name, ref, ref_device = {"y": ("grad_out", "y", "cpu"), "grad_out": ("grad_out", "y", "cuda:0"),
+                             "gn_weight": ("gn_weight", "y", "cuda:0")}[moved]
+    got = "cuda:0" if ref_device == "cpu" else "cpu"
+    with pytest.raises(RuntimeError, match=lit(
+            f"groupnorm_leakyrelu_sum_backward: {name} must be on the same device as {ref} "
+            f"({ref_device}), got {got}")):
+        ops.groupnorm_leakyrelu_sum_backward(**args)
 
 
 @pytest.mark.cuda

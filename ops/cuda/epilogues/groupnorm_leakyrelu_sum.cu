@@ -333,6 +333,74 @@ bool eager_thread_pass(const at::Tensor& y, const at::Tensor& gamma, const at::T
   }
 }
 
+
+// Model 62's backward after the Linear (issue 40), with the forward's segment layout: y holds
+// the bias, the statistics are the accurate ones (a float32/float64 model's; ATen computes its
+// own in the model's dtype too). Per segment: mean and rstd again, dn = 2 g (g where GroupNorm's
+// output v > 0, else g * negative_slope: leaky_relu_backward, NaN taking the slope), and
+// GroupNorm's backward dy = rstd (gamma dn - mean(gamma dn) - xhat mean(gamma dn xhat)),
+// xhat = (y - mean) rstd. Per element, dn xhat and dn go to `partials` (2, rows, hidden) in the
+// accumulation dtype: their column sums are gamma's and beta's gradients.
+// A product rounded on its own, never contracted into an FMA with what follows: gamma dn less
+// its segment mean is then exactly 0 in a group of one channel, where an FMA would leave the
+// product's rounding error, times rstd = eps^-1/2.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+template <typename scalar_t, typename y_t = acc_t<scalar_t>>
+__global__ void groupnorm_backward_segments_kernel(
+    const scalar_t* __restrict__ y, const scalar_t* __restrict__ grad_out,
+    const scalar_t* __restrict__ gamma, const scalar_t* __restrict__ beta,
+    scalar_t* __restrict__ grad_y, y_t* __restrict__ partials, int64_t segments, int64_t groups,
+    int64_t group_size, int lanes, epilogues::GroupNormLeakyReluSum<y_t> chain) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int segments_per_warp = kWarpSize / lanes;
+  const int sub = lane % lanes;
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const y_t count = static_cast<y_t>(group_size);
+  const int64_t elements = segments * group_size;
+  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
+    const int64_t segment = first + lane / lanes;
+    const bool valid = segment < segments;
+    const int64_t base = valid ? segment * group_size : 0;
+    const int64_t channel0 = valid ? group_of(segment, groups) * group_size : 0;
+    const int64_t len = valid ? group_size : 0;
+    y_t sum = 0;
+    for (int64_t c = sub; c < len; c += lanes) sum += static_cast<y_t>(y[base + c]);
+    const y_t mean = chain.mean(warp_sum(sum, lanes), count);
+    y_t sq = 0;
+    for (int64_t c = sub; c < len; c += lanes) {
+      const y_t d = static_cast<y_t>(y[base + c]) - mean;
+      sq += d * d;
+    }
+    const y_t rstd = chain.rstd(warp_sum(sq, lanes), count);
+    // dn, xhat and gamma dn of channel c.
+    auto terms = [&](int64_t c, y_t& dn, y_t& xhat, y_t& gdn) {
+      xhat = (static_cast<y_t>(y[base + c]) - mean) * rstd;
+      const y_t g = static_cast<y_t>(gamma[channel0 + c]);
+      const y_t v = xhat * g + static_cast<y_t>(beta[channel0 + c]);
+      const y_t d = static_cast<y_t>(grad_out[base + c]);
+      dn = (v > y_t(0) ? d : d * chain.negative_slope) * y_t(2);
+      gdn = mul_rn(g, dn);
+    };
+    y_t a = 0, b = 0;
+    for (int64_t c = sub; c < len; c += lanes) {
+      y_t dn, xhat, gdn;
+      terms(c, dn, xhat, gdn);
+      a += gdn;
+      b += gdn * xhat;
+    }
+    const y_t mean_a = warp_sum(a, lanes) / count, mean_b = warp_sum(b, lanes) / count;
+    for (int64_t c = sub; c < len; c += lanes) {
+      y_t dn, xhat, gdn;
+      terms(c, dn, xhat, gdn);
+      grad_y[base + c] = static_cast<scalar_t>(rstd * (gdn - mean_a - xhat * mean_b));
+      partials[base + c] = dn * xhat;
+      partials[elements + base + c] = dn;
+    }
+  }
+}
 }  // namespace
 
 void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, int64_t num_groups,
@@ -381,6 +449,31 @@ void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, i
     } else {
       with_store<scalar_t>(eager, [&](auto store) { launch(store, y.data_ptr<y_t>()); });
     }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void groupnorm_leakyrelu_sum_backward_pass(const at::Tensor& y, const at::Tensor& grad_out,
+                                           int64_t num_groups, const at::Tensor& gamma,
+                                           const at::Tensor& beta, double eps,
+                                           double negative_slope, at::Tensor& grad_y,
+                                           at::Tensor& partials) {
+  const int64_t batch = y.size(0), hidden = y.size(1);
+  const int64_t group_size = hidden / num_groups;
+  const int64_t segments = batch * num_groups;
+  const int lanes = lanes_per_segment(group_size);
+  const int64_t warps_needed = ceil_div(segments, kWarpSize / lanes);
+  const int64_t blocks = std::min<int64_t>(ceil_div(warps_needed, kWarpsPerBlock), 65535LL * 32);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, y.scalar_type(),
+                                  "groupnorm_leakyrelu_sum_backward", [&] {
+    using y_t = acc_t<scalar_t>;
+    groupnorm_backward_segments_kernel<scalar_t>
+        <<<blocks, kWarpsPerBlock * kWarpSize, 0, at::cuda::getCurrentCUDAStream()>>>(
+            y.data_ptr<scalar_t>(), grad_out.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
+            beta.data_ptr<scalar_t>(), grad_y.data_ptr<scalar_t>(), partials.data_ptr<y_t>(),
+            segments, num_groups, group_size, lanes,
+            epilogues::GroupNormLeakyReluSum<y_t>{static_cast<y_t>(eps),
+                                                  static_cast<y_t>(negative_slope)});
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -15,4 +15,14 @@ void groupnorm_leakyrelu_sum_pass(const at::Tensor& y, const at::Tensor& bias, i
                                   const at::Tensor& gamma, const at::Tensor& beta, double eps,
                                   double negative_slope, bool eager, at::Tensor& out);
 
+// Model 62's backward after the Linear, one pass over y and grad_out (all (batch, hidden),
+// contiguous, one dtype; y with the bias added; gamma and beta (hidden,) contiguous in that
+// dtype): grad_y, and per element dn xhat and dn in `partials` (2, batch, hidden) in the
+// accumulation dtype, whose column sums are gamma's and beta's gradients.
+void groupnorm_leakyrelu_sum_backward_pass(const at::Tensor& y, const at::Tensor& grad_out,
+                                           int64_t num_groups, const at::Tensor& gamma,
+                                           const at::Tensor& beta, double eps,
+                                           double negative_slope, at::Tensor& grad_y,
+                                           at::Tensor& partials);
+
 }  // namespace fusedops::cuda

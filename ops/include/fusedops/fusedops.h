@@ -87,6 +87,14 @@ std::tuple<at::Tensor, at::Tensor> sum_fold_linear(const at::Tensor& weight,
 // ATen's. The operators' backward passes run their GEMMs on it. Differentiable.
 at::Tensor gemm_nt(const at::Tensor& a, const at::Tensor& b);
 
+// Helper: model 62's backward after its Linear: from y = x W^T + b (batch, hidden) and
+// grad_out = dL/d(2 LeakyReLU(GroupNorm(y))), returns (dL/dy, dL/dgn_weight, dL/dgn_bias). On
+// CUDA one pass over y and grad_out; on the CPU, ATen's GroupNorm and LeakyReLU backward (the
+// reference's). Not differentiable (a double backward of model 62 recomputes its chain).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> groupnorm_leakyrelu_sum_backward(
+    const at::Tensor& grad_out, const at::Tensor& y, const at::Tensor& gn_weight,
+    const at::Tensor& gn_bias, int64_t num_groups, double eps, double negative_slope);
+
 // The weight-fold cache (the rules are in ops/common/fold_cache.h). Folds are cached on their
 // weight tensors and freed when those die. clear_fold_cache() frees every fold now: call it
 // after writing weights in a way the version counter cannot see (memcpy into data_ptr(),
