@@ -193,7 +193,7 @@ def render_training(results) -> str:
     if not rows:
         return ("This run's docs/results.json has no training table: `python3 bench/training.py "
                 "--json training.json` on the GPU, then bench/results.py with `--training "
-                "training.json`. The last one measured: \"Issue 40, first pass\" in the log below.")
+                "training.json`. The last one measured: \"Issue 40, third pass\" in the log below.")
     compiled = any(r.get("x_compile") is not None for r in rows)
     what = ("A training step (zero_grad, forward, loss, backward, SGD) against eager PyTorch's: "
             "how many times faster (above 1x fusedops is faster)" +
