@@ -8,6 +8,7 @@ nothing is compared against numbers produced by fusedops itself.
 from __future__ import annotations
 
 import copy
+import threading
 
 import torch
 
@@ -179,3 +180,25 @@ def assert_same_state(a: torch.nn.Module, b: torch.nn.Module, rtol=0.0, atol=0.0
             torch.testing.assert_close(ta, tb, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
         else:
             assert torch.equal(ta, tb), f"{name}: {ta} != {tb}"
+
+
+def run_threads(count, work):
+    """Runs work(index) on `count` threads released together; fails on a thread's exception
+    (with its index) or on a thread still running after 300 s."""
+    barrier = threading.Barrier(count)
+    errors = []
+
+    def body(index):
+        try:
+            barrier.wait()
+            work(index)
+        except BaseException as e:  # noqa: BLE001 - reported below with its thread
+            errors.append((index, e))
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors

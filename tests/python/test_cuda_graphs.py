@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import copy
 import gc
-import threading
 
 import pytest
 import torch
 import torch.nn as nn
 
 import fusedops
-from fusedops_testing import KEYS, assert_contract, make_input, make_pair, run_trio
+from fusedops_testing import (KEYS, assert_contract, make_input, make_pair, run_threads,
+                              run_trio)
 
 SMALL_ARGS = {"98": (64, 96, 6, 2.0), "18": (64, 96), "39": (64, 96, (96,)), "62": (64, 96, 8)}
 # test_small_batch.py's sizes: edges of the small-batch kernels' tiles (out_features not a
@@ -297,26 +297,6 @@ def test_two_streams_interleaved(key):
     assert graphs.captures == 4  # two shapes on each stream
 
 
-def _run_threads(count, work):
-    barrier = threading.Barrier(count)
-    errors = []
-
-    def body(index):
-        try:
-            barrier.wait()
-            work(index)
-        except BaseException as e:  # noqa: BLE001 - reported below with its thread
-            errors.append((index, e))
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    assert not errors, errors
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("own_stream", [True, False], ids=["stream_each", "one_stream"])
 @pytest.mark.parametrize("key", KEYS)
@@ -341,7 +321,7 @@ def test_threads(key, own_stream):
                 outputs[t][i] = graphs(x)
         streams[t].synchronize()
 
-    _run_threads(count, work)
+    run_threads(count, work)
     for t in range(count):
         for i in range(calls):
             assert_equal(outputs[t][i], expected[t][i], f"thread {t}, call {i}")

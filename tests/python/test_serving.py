@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fusedops.accuracy import assert_within_tolerance, tolerance_for
-from fusedops_testing import KEYS, make_pair
+from fusedops_testing import KEYS, make_pair, run_threads
 
 ops = torch.ops.fusedops
 
@@ -156,26 +156,6 @@ def test_gpu_memory_back_to_baseline_after_del(key):
 
 # ---- threads -------------------------------------------------------------------------------
 
-def _run_threads(count, work):
-    barrier = threading.Barrier(count)
-    errors = []
-
-    def body(index):
-        try:
-            barrier.wait()
-            work(index)
-        except BaseException as e:  # noqa: BLE001 - reported below with its thread
-            errors.append((index, e))
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
-    assert not errors, errors
-
-
 @pytest.mark.parametrize("inference", [False, True], ids=["no_grad", "inference_mode"])
 @pytest.mark.parametrize("key", KEYS)
 def test_threads_share_one_model(key, inference, device):
@@ -195,7 +175,7 @@ def test_threads_share_one_model(key, inference, device):
         with mode():
             for i, x in enumerate(inputs[t]):
                 outputs[t][i] = new(x)
-    _run_threads(8, work)
+    run_threads(8, work)
     for t in range(8):
         for i in range(6):
             close(outputs[t][i], expected[t][i])

@@ -76,15 +76,42 @@ __device__ __forceinline__ int64_t group_of(int64_t segment, int64_t groups) {
   return segment % groups;
 }
 
+// How the segment kernels walk the segments: `lanes` lanes a segment (a power of two, at most
+// a warp), kWarpSize / lanes segments a warp, a grid-stride loop in which every lane runs every
+// iteration, so that the shuffles stay full-warp. segment(first): this lane's segment in the
+// iteration that starts at `first` (past the last segment where the lane idles).
+struct SegmentWalk {
+  int lanes, lane;
+  int64_t begin, stride;
+  __device__ explicit SegmentWalk(int lanes_per_segment)
+      : lanes(lanes_per_segment), lane(static_cast<int>(threadIdx.x) % kWarpSize) {
+    const int per_warp = kWarpSize / lanes;
+    begin = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize) *
+            per_warp;
+    stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * per_warp;
+  }
+  __device__ int sub() const { return lane % lanes; }
+  __device__ int64_t segment(int64_t first) const { return first + lane / lanes; }
+};
+
+// Segment s = (row, group) covers y[s * group_size, (s + 1) * group_size) (hidden = groups *
+// group_size); its first channel is (s mod groups) * group_size. Past the last segment: empty.
+struct SegmentSpan {
+  int64_t base = 0, channel0 = 0, len = 0;
+};
+__device__ __forceinline__ SegmentSpan span_of(int64_t segment, int64_t segments, int64_t groups,
+                                               int64_t group_size) {
+  if (segment >= segments) return {};
+  return {segment * group_size, group_of(segment, groups) * group_size, group_size};
+}
+
 template <typename T>
 __device__ __forceinline__ T param(const T* p, int64_t i) {
   return p != nullptr ? p[i] : T(0);
 }
 
 // Any group size, any dtype (float64 included), and eager's ATen statistics: lane `sub` of a
-// segment reads channels sub, sub + lanes, ... Segment s = (row, group) covers
-// y[s * group_size, (s + 1) * group_size) because hidden = groups * group_size; its first
-// channel is (s mod groups) * group_size.
+// segment (SegmentSpan) reads channels sub, sub + lanes, ...
 // y is read in its own dtype ys_t (the accumulation dtype, or the model's under eager: the
 // Linear output as the reference stores it) and computed on in y_t, the accumulation dtype.
 template <typename scalar_t, typename ys_t, typename Store, typename y_t = acc_t<scalar_t>>
@@ -96,19 +123,12 @@ __global__ void groupnorm_segments_kernel(const ys_t* __restrict__ y,
                                           int64_t groups, int64_t group_size, int lanes,
                                           epilogues::GroupNormLeakyReluSum<y_t> chain) {
   constexpr bool kEager = !std::is_same_v<Store, Unrounded>;
-  const int lane = threadIdx.x % kWarpSize;
-  const int segments_per_warp = kWarpSize / lanes;
-  const int sub = lane % lanes;
-  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const SegmentWalk walk(lanes);
+  const int sub = walk.sub();
   const y_t count = static_cast<y_t>(group_size);
-  // Every lane runs the same iterations so that the shuffles stay full-warp.
-  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
-    const int64_t segment = first + lane / lanes;
-    const bool valid = segment < segments;
-    const int64_t base = valid ? segment * group_size : 0;
-    const int64_t channel0 = valid ? group_of(segment, groups) * group_size : 0;
-    const int64_t len = valid ? group_size : 0;
+  for (int64_t first = walk.begin; first < segments; first += walk.stride) {
+    const SegmentSpan span = span_of(walk.segment(first), segments, groups, group_size);
+    const int64_t base = span.base, channel0 = span.channel0, len = span.len;
 
     auto linear = [&](int64_t c) {
       return static_cast<y_t>(y[base + c]) + static_cast<y_t>(param(bias, channel0 + c));
@@ -264,15 +284,12 @@ __global__ void groupnorm_quads_kernel(const float* __restrict__ y,
                                        const scalar_t* __restrict__ beta,
                                        scalar_t* __restrict__ out, int64_t segments,
                                        int64_t groups, int group_size, int lanes, Chain chain) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int segments_per_warp = kWarpSize / lanes;
-  const int quad = lane % lanes;
+  const SegmentWalk walk(lanes);
+  const int quad = walk.sub();
   const bool quad_in_group = 4 * quad < group_size;
-  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
   const float count = static_cast<float>(group_size);
-  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
-    const int64_t segment = first + lane / lanes;
+  for (int64_t first = walk.begin; first < segments; first += walk.stride) {
+    const int64_t segment = walk.segment(first);
     const bool active = segment < segments && quad_in_group;
     const int64_t offset = segment * group_size + 4 * quad;
     const int64_t channel = active ? group_of(segment, groups) * group_size + 4 * quad : 0;
@@ -353,19 +370,13 @@ __global__ void groupnorm_backward_segments_kernel(
     const scalar_t* __restrict__ gamma, const scalar_t* __restrict__ beta,
     scalar_t* __restrict__ grad_y, y_t* __restrict__ partials, int64_t segments, int64_t groups,
     int64_t group_size, int lanes, epilogues::GroupNormLeakyReluSum<y_t> chain) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int segments_per_warp = kWarpSize / lanes;
-  const int sub = lane % lanes;
-  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * segments_per_warp;
+  const SegmentWalk walk(lanes);
+  const int sub = walk.sub();
   const y_t count = static_cast<y_t>(group_size);
   const int64_t elements = segments * group_size;
-  for (int64_t first = warp * segments_per_warp; first < segments; first += warp_stride) {
-    const int64_t segment = first + lane / lanes;
-    const bool valid = segment < segments;
-    const int64_t base = valid ? segment * group_size : 0;
-    const int64_t channel0 = valid ? group_of(segment, groups) * group_size : 0;
-    const int64_t len = valid ? group_size : 0;
+  for (int64_t first = walk.begin; first < segments; first += walk.stride) {
+    const SegmentSpan span = span_of(walk.segment(first), segments, groups, group_size);
+    const int64_t base = span.base, channel0 = span.channel0, len = span.len;
     y_t sum = 0;
     for (int64_t c = sub; c < len; c += lanes) sum += static_cast<y_t>(y[base + c]);
     const y_t mean = chain.mean(warp_sum(sum, lanes), count);
