@@ -430,6 +430,31 @@ def test_backward_keeps_the_forwards_y(key, mode, dtype):
             assert_within_tolerance(g[rows], grads_ref[name][rows], tol, grads64[name][rows])
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["39", "62"])
+def test_kept_y_is_freed_with_the_graph(key):
+    """The forward's y kept for the backward (common/kept_linear.h) lives as long as autograd's
+    graph: freed after the backward, and with the output when no backward runs (KernelBench's
+    calls with grad mode on); a thread's slot holds nothing between calls."""
+    init_args = {"39": (256, 384, (384,)), "62": (256, 384, 24)}[key]
+    _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
+    x = make_input((1024, 256), "randn", device="cuda").requires_grad_()
+    y_bytes = 1024 * 384 * 4
+    new(x).sum().backward()  # the weight's cached folds and cuBLAS's workspace, made once
+    for _ in range(2):
+        new.zero_grad(set_to_none=True)
+        x.grad = None
+        torch.cuda.synchronize()
+        baseline = torch.cuda.memory_allocated()
+        out = new(x)
+        assert torch.cuda.memory_allocated() >= baseline + 2 * y_bytes  # out and the kept y
+        del out
+        assert torch.cuda.memory_allocated() == baseline
+        new(x).sum().backward()
+        grads = sum(t.grad.numel() * 4 for t in [x, *new.parameters()])
+        assert torch.cuda.memory_allocated() == baseline + grads
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)
