@@ -202,3 +202,13 @@ def run_threads(count, work):
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads), "a thread hung"
     assert not errors, errors
+
+
+def busy_stream(stream, size=4096, steps=20):
+    """Queues a few hundred milliseconds of matmuls on `stream` (what runs after it there runs
+    late); returns the result, which the caller keeps alive until the stream is done."""
+    with torch.cuda.stream(stream):
+        a = torch.randn(size, size, device="cuda")
+        for _ in range(steps):
+            a = (a @ a).clamp_(-1, 1)
+    return a

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 
 import fusedops
-from fusedops_testing import (KEYS, assert_contract, make_input, make_pair, run_threads,
-                              run_trio)
+from fusedops_testing import (KEYS, assert_contract, busy_stream, make_input, make_pair,
+                              run_threads, run_trio)
 
 SMALL_ARGS = {"98": (64, 96, 6, 2.0), "18": (64, 96), "39": (64, 96, (96,)), "62": (64, 96, 8)}
 # test_small_batch.py's sizes: edges of the small-batch kernels' tiles (out_features not a
@@ -258,15 +258,6 @@ def test_clear_after_a_write_no_counter_sees(key):
 
 # ---- streams and threads -------------------------------------------------------------------
 
-def _busy(stream, size=4096, steps=20):
-    """Queues a few hundred milliseconds of matmuls on `stream`, so that its replays run late."""
-    with torch.cuda.stream(stream):
-        a = torch.randn(size, size, device="cuda")
-        for _ in range(steps):
-            a = (a @ a).clamp_(-1, 1)
-    return a
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("key", KEYS)
 def test_two_streams_interleaved(key):
@@ -284,7 +275,7 @@ def test_two_streams_interleaved(key):
                 for b in (8, 33):
                     graphs(make_input((b, SIZES[key][0]), device="cuda"))
         torch.cuda.synchronize()
-        keep = _busy(s1)
+        keep = busy_stream(s1)
         outputs = []
         for i, x in enumerate(inputs):
             with torch.cuda.stream((s1, s2)[i % 2]):

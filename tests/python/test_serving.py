@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fusedops.accuracy import assert_within_tolerance, tolerance_for
-from fusedops_testing import KEYS, make_pair, run_threads
+from fusedops_testing import KEYS, busy_stream, make_pair, run_threads
 
 ops = torch.ops.fusedops
 
@@ -272,15 +272,6 @@ def test_cache_folds_survives_scripting(key):
 
 # ---- CUDA streams ----------------------------------------------------------------------------
 
-def _busy(stream, size=4096, steps=20):
-    """Queues a few hundred milliseconds of matmuls on `stream`."""
-    with torch.cuda.stream(stream):
-        a = torch.randn(size, size, device="cuda")
-        for _ in range(steps):
-            a = (a @ a).clamp_(-1, 1)
-    return a
-
-
 def _stream_case(key):
     args = SPLIT_ARGS.get(key, (4096, 4096, 16, 2.0) if key == "98" else (4096, 4096))
     ref, new = pair(key, "cuda", args, dtype=torch.float32)
@@ -301,7 +292,7 @@ def test_fold_made_on_a_busy_stream_is_not_read_early_on_another(key):
     for _ in range(3):
         ops.clear_fold_cache()
         torch.cuda.synchronize()
-        keep = _busy(s1)
+        keep = busy_stream(s1)
         with torch.no_grad():
             with torch.cuda.stream(s1):
                 out1 = new(x)
@@ -325,7 +316,7 @@ def test_freed_fold_is_not_reused_while_another_stream_reads_it(key):
         new(x)  # the fold is made on s1
     torch.cuda.synchronize()
     fold_bytes = stats()["bytes"]
-    keep = _busy(s2)
+    keep = busy_stream(s2)
     with torch.no_grad(), torch.cuda.stream(s2):
         out = new(x)
     del new
@@ -350,7 +341,7 @@ def test_weight_change_on_one_stream_while_another_reads_the_old_fold(key):
     with torch.no_grad(), torch.cuda.stream(s1):
         new(x)
     torch.cuda.synchronize()
-    keep = _busy(s2)
+    keep = busy_stream(s2)
     with torch.no_grad():
         with torch.cuda.stream(s2):
             out_old = new(x)
