@@ -1,8 +1,8 @@
 // The GEMMs of the operators' own backward passes (issue 40). On CUDA they run on
 // fusedops::gemm_nt, the planner's GEMM for the dtype and torch's float32 matmul precision:
 // in float32 the 3xFP16 engine where it runs (PyTorch's float32 accuracy at the fp16
-// tensor-core rate, where cuBLAS's float32 GEMM is a SIMT SGEMM), its operands copied
-// K-contiguous first. On the CPU, ATen's, so that the gradients there stay the reference's bit
+// tensor-core rate, where cuBLAS's float32 GEMM is a SIMT SGEMM), a copied contiguous, b^T
+// passed as a view. On the CPU, ATen's, so that the gradients there stay the reference's bit
 // for bit.
 #pragma once
 
@@ -16,10 +16,11 @@
 
 namespace fusedops::autograd {
 
-// a (m, k) b (k, n).
+// a (m, k) b (k, n). b^T goes to gemm_nt as a view: its 3xFP16 engine splits it as it lies
+// (no copy of W^T for dX = dY W).
 inline at::Tensor backward_mm(const at::Tensor& a, const at::Tensor& b) {
   if (!a.is_cuda()) return a.mm(b);
-  return fusedops::gemm_nt(a.contiguous(), b.t().contiguous());
+  return fusedops::gemm_nt(a.contiguous(), b.t());
 }
 
 // The forward's Linear x W^T + b again (x, W and b of one dtype).

@@ -26,10 +26,9 @@ class GemmNtFunction : public torch::autograd::Function<GemmNtFunction> {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &a = saved[0], &b = saved[1], &g = grad_outputs[0];
     variable_list grads(2);
-    if (ctx->needs_input_grad(0)) grads[0] = fusedops::gemm_nt(g, b.t().contiguous());
-    if (ctx->needs_input_grad(1)) {
-      grads[1] = fusedops::gemm_nt(g.t().contiguous(), a.t().contiguous());
-    }
+    // The transposed operands as views (gemm_nt reads a transposed b as it lies).
+    if (ctx->needs_input_grad(0)) grads[0] = fusedops::gemm_nt(g, b.t());
+    if (ctx->needs_input_grad(1)) grads[1] = fusedops::gemm_nt(g.t().contiguous(), a.t());
     return grads;
   }
 };

@@ -68,9 +68,14 @@ PlannedLinear plan_linear(const LinearNeeds& needs, const at::Tensor& x, const a
 namespace {
 
 LinearOutput run_route(plan::Route route, const PlannedLinear& planned, const at::Tensor& x,
-                       const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& weight_as_given, const at::Tensor& bias,
                        const at::Tensor& weight_key, bool cache_folds) {
   using plan::Route;
+  // A weight given transposed (gemm_nt's b, a view of W^T) is read as it lies by the 3xFP16
+  // engine, whose split takes it so; every other route takes it contiguous.
+  const bool reads_transposed = route == Route::kFp16x3 || route == Route::kFp16x3SplitK ||
+                                route == Route::kFp16x1 || route == Route::kFp16x1SplitK;
+  const at::Tensor weight = reads_transposed ? weight_as_given : weight_as_given.contiguous();
   if (route == Route::kAtenLinear) return {linear_as_the_reference_writes_it(x, weight, bias), true};
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   const bool is_double = x.scalar_type() == at::kDouble;

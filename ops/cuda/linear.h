@@ -34,7 +34,8 @@ PlannedLinear plan_linear(const LinearNeeds& needs, const at::Tensor& x, const a
 
 // y of an unfused route; of a fused route, its fallback: the operator ran the fused route
 // itself and gets here only where its engine refused the data (the 3xFP16 weight check).
-// x and weight contiguous, one dtype, on the current device;
+// x contiguous, and weight contiguous or a transposed view (W^T of a contiguous W: gemm_nt's b,
+// which the 3xFP16 routes read as it lies and the others copy), one dtype, on the current device;
 // weight_key: the caller's weight tensor, which owns the engines' cached folds of it (weight
 // may be its contiguous copy). bias is added only by the eager route (kAtenLinear: y exactly
 // as the reference's nn.Linear writes it, bias included); `bias_added` says so.

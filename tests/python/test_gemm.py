@@ -15,7 +15,7 @@ import torch
 import fusedops
 
 from fusedops.accuracy import assert_within_tolerance, tolerance_for
-from fusedops_testing import assert_float32, make_input, make_pair, run_trio
+from fusedops_testing import assert_contract, assert_float32, make_input, make_pair, run_trio
 
 pytestmark = pytest.mark.cuda
 
@@ -302,6 +302,32 @@ def test_rows_far_apart_keep_their_bits(engine):
     x[9] *= 2.0 ** -100
     out, expected, expected64, _ = run_trio(ref, new, x)
     assert_float32(out, expected, expected64)
+
+
+@requires_hopper
+@pytest.mark.parametrize("m,n,k", SIZES + [(64, 36, 64)],
+                         ids=[f"{m}x{n}x{k}" for m, n, k in SIZES + [(64, 36, 64)]])
+@pytest.mark.parametrize("kind", ["plain", "guarded_row", "inf"])
+def test_gemm_nt_reads_a_transposed_b_as_it_lies(engine, m, n, k, kind):
+    """gemm_nt(a, bt.t()) splits the transposed b without copying it (the column-range and
+    tiled split kernels, gemm_3xfp16.cu): the same bits as gemm_nt of b's contiguous copy, with a
+    row of a the guard recomputes and with a weight the check refuses (the guard's fixup reading
+    b down its columns)."""
+    a = make_input((m, k), "randn", device="cuda")
+    bt = make_input((k, n), "randn", device="cuda")  # b = bt.t(): (n, k), stride (1, n)
+    if kind == "guarded_row":
+        a[m // 2, : k // 2] *= 2.0 ** 20
+        a[m // 2, k // 2:] *= 2.0 ** -20
+    elif kind == "inf":
+        bt[k // 3, n // 2] = float("inf")
+    torch.cuda._sleep(20_000_000)  # a refused weight's verdict cannot reach the host meanwhile
+    as_view = torch.ops.fusedops.gemm_nt(a, bt.t())
+    torch.cuda._sleep(20_000_000)
+    copied = torch.ops.fusedops.gemm_nt(a, bt.t().contiguous())
+    assert torch.equal(as_view.isnan(), copied.isnan())
+    assert torch.equal(as_view.nan_to_num(), copied.nan_to_num())
+    if kind != "inf":
+        assert_contract(as_view, a @ bt, a.double() @ bt.double())
 
 
 def step_grads(model, x, grad_out):

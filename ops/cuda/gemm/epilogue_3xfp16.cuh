@@ -67,11 +67,12 @@ struct Partials3xFp16View {
 // semantics for inf and nan, as the reference's SGEMM), rounded once; every lane gets it.
 // float64, not float32: a guarded row can be one whose sum cancels heavily, where any float32
 // order other than cuBLAS's lands a few 1e-4 off (measured on a row spanning 2^-40 .. 2^40).
+// w_step: the distance between w's values (1, or W's row count where W is given transposed).
 __device__ __forceinline__ float exact_dot(const float* __restrict__ x, const float* __restrict__ w,
-                                           int64_t k, int lane) {
+                                           int64_t k, int lane, int64_t w_step = 1) {
   double acc = 0.0;
   for (int64_t c = lane; c < k; c += kWarpSize) {
-    acc = fma(static_cast<double>(x[c]), static_cast<double>(w[c]), acc);
+    acc = fma(static_cast<double>(x[c]), static_cast<double>(w[c * w_step]), acc);
   }
   return static_cast<float>(warp_sum(acc));
 }

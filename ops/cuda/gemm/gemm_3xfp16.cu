@@ -182,6 +182,54 @@ weight_rows_kernel(const float* __restrict__ w, float* __restrict__ row_max, int
   }
 }
 
+// W given transposed (gemm_nt's b = W^T as a view: W's row r is column r of wt, a (k, rows)
+// row-major matrix) is read as it lies, without a transposed copy (a backward pass's dX = dY W
+// would copy all of W first). Its range: a thread per row of W reads down wt's column over a
+// chunk of k (coalesced across the warp); the chunks meet by atomicMax on the bits (non-negative
+// floats order as their bits; inf/nan count as +inf, as weight_rows_kernel writes them).
+// row_max: zeros on entry.
+constexpr int64_t kColumnChunk = 256;
+__global__ void __launch_bounds__(kThreads)
+weight_cols_kernel(const float* __restrict__ wt, float* __restrict__ row_max, int64_t rows,
+                   int64_t k) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (row >= rows) return;
+  const int64_t c0 = blockIdx.y * kColumnChunk, c1 = std::min(k, c0 + kColumnChunk);
+  RowRange range;
+  for (int64_t c = c0; c < c1; ++c) range.take(wt[c * rows + row]);
+  atomicMax(reinterpret_cast<int*>(row_max + row),
+            __float_as_int(range.bad != 0.0f ? INFINITY : range.max));
+}
+
+// Its split: a block moves one K step (kTileK values, heuristics.h) of kSplitTileRows rows of W
+// through shared memory (read along W's rows in wt, coalesced) and writes each row's pair as
+// split_weight_kernel does, the same bits; columns k .. kp (whole K steps) as zeros.
+constexpr int kSplitTileRows = 32;
+__global__ void __launch_bounds__(kThreads)
+split_weight_t_kernel(const float* __restrict__ wt, __half* __restrict__ dst, int64_t rows,
+                      int64_t k, int64_t kp, const int* __restrict__ state) {
+  __shared__ float tile[kTileK][kSplitTileRows + 1];  // +1: the column reads below skip banks
+  const int shift = state[WeightState::kShift];
+  const bool refused = state[WeightState::kCarried] == 0;
+  const int64_t r0 = blockIdx.x * static_cast<int64_t>(kSplitTileRows);
+  const int64_t c0 = blockIdx.y * static_cast<int64_t>(kTileK);
+  const int tr = threadIdx.x % kSplitTileRows;
+  for (int tc = threadIdx.x / kSplitTileRows; tc < kTileK; tc += kThreads / kSplitTileRows) {
+    const int64_t c = c0 + tc, r = r0 + tr;
+    tile[tc][tr] = !refused && c < k && r < rows ? wt[c * rows + r] : 0.0f;
+  }
+  __syncthreads();
+  constexpr int kQuads = kTileK / 4;
+  for (int q = threadIdx.x; q < kSplitTileRows * kQuads; q += kThreads) {
+    const int tr_out = q / kQuads, quad = q % kQuads;
+    const int64_t r = r0 + tr_out;
+    if (r >= rows) continue;
+    const float4 v = make_float4(tile[4 * quad][tr_out], tile[4 * quad + 1][tr_out],
+                                 tile[4 * quad + 2][tr_out], tile[4 * quad + 3][tr_out]);
+    store_split<Split::kPairLoFirst>(dst + r * 2 * kp, c0 + 4 * quad, kp, v, shift);
+  }
+}
+
 // W's verdict from its row maxima, one block: carried (finite, and no nonzero row more than
 // 2^kRowRangeBits below the largest) and W's scale, into `state` (WeightState).
 __global__ void __launch_bounds__(kThreads)
@@ -277,7 +325,8 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
 // output. A persistent grid: with no listed rows (the usual case) every block returns at once.
 __global__ void __launch_bounds__(kThreads)
 fixup_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-                  int64_t m, int64_t n, int64_t k, const int* __restrict__ guard) {
+                  int64_t m, int64_t n, int64_t k, int64_t w_row_step, int64_t w_step,
+                  const int* __restrict__ guard) {
   const int count = guard[0];
   const int* listed = guard + GuardLayout{m}.rows();
   const int lane = threadIdx.x % kWarpSize;
@@ -287,7 +336,7 @@ fixup_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, floa
   for (int i = blockIdx.y; i < count; i += gridDim.y) {
     const int64_t row = listed[i];
     for (int64_t j = first; j < n; j += warps) {
-      const float v = exact_dot(x + row * k, w + j * k, k, lane);
+      const float v = exact_dot(x + row * k, w + j * w_row_step, k, lane, w_step);
       if (lane == 0) y[row * n + j] = v;
     }
   }
@@ -340,9 +389,22 @@ PreparedWeight prepare_weight_3xfp16(const at::Tensor& weight) {
     return {};  // not cached during capture (common/fold_cache.h); the exact path runs
   }
   const int64_t n = weight.size(0), k = weight.size(1), kp = padded_k(k);
-  const at::Tensor row_max = at::empty({n}, weight.options());
-  weight_rows_kernel<<<grid_rows(n), kThreads, 0, stream>>>(weight.data_ptr<float>(),
-                                                            row_max.data_ptr<float>(), n, k);
+  // W as it lies (a contiguous W, or W^T's view: gemm_nt's b, weight_cols_kernel).
+  const bool transposed = !weight.is_contiguous();
+  TORCH_INTERNAL_ASSERT(!transposed || weight.t().is_contiguous(),
+                        "fusedops: the 3xFP16 engine reads W contiguous or transposed, got strides ",
+                        weight.strides());
+  const float* w = weight.data_ptr<float>();
+  at::Tensor row_max;
+  if (transposed) {
+    row_max = at::zeros({n}, weight.options());
+    const dim3 grid(static_cast<unsigned>(ceil_div(n, kThreads)),
+                    static_cast<unsigned>(ceil_div(k, kColumnChunk)));
+    weight_cols_kernel<<<grid, kThreads, 0, stream>>>(w, row_max.data_ptr<float>(), n, k);
+  } else {
+    row_max = at::empty({n}, weight.options());
+    weight_rows_kernel<<<grid_rows(n), kThreads, 0, stream>>>(w, row_max.data_ptr<float>(), n, k);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   PreparedWeight prepared;
   prepared.state = at::empty({WeightState::kSize}, weight.options().dtype(at::kInt));
@@ -350,9 +412,16 @@ PreparedWeight prepare_weight_3xfp16(const at::Tensor& weight) {
                                                     prepared.state.data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   prepared.pair = at::empty({n, 2 * kp}, weight.options().dtype(at::kHalf));
-  split_weight_kernel<<<grid_rows(n), kThreads, 0, stream>>>(
-      weight.data_ptr<float>(), reinterpret_cast<__half*>(prepared.pair.data_ptr<at::Half>()), n,
-      k, kp, prepared.state.data_ptr<int>());
+  auto* pair = reinterpret_cast<__half*>(prepared.pair.data_ptr<at::Half>());
+  if (transposed) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(n, kSplitTileRows)),
+                    static_cast<unsigned>(kp / kTileK));
+    split_weight_t_kernel<<<grid, kThreads, 0, stream>>>(w, pair, n, k, kp,
+                                                         prepared.state.data_ptr<int>());
+  } else {
+    split_weight_kernel<<<grid_rows(n), kThreads, 0, stream>>>(w, pair, n, k, kp,
+                                                               prepared.state.data_ptr<int>());
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   prepared.verdict = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
   *prepared.verdict.data_ptr<int>() = -1;
@@ -506,7 +575,8 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   fixup_rows_kernel<<<dim3(static_cast<unsigned>(sm_count), 4), kThreads, 0, stream>>>(
-      x.data_ptr<float>(), weight.data_ptr<float>(), out, m, n, k, g);
+      x.data_ptr<float>(), weight.data_ptr<float>(), out, m, n, k, weight.stride(0),
+      weight.stride(1), g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
