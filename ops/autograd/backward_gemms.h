@@ -1,9 +1,10 @@
-// The GEMMs of the operators' own backward passes (issue 40). On CUDA they run on
-// fusedops::gemm_nt, the planner's GEMM for the dtype and torch's float32 matmul precision:
-// in float32 the 3xFP16 engine where it runs (PyTorch's float32 accuracy at the fp16
+// The GEMMs of the operators' own backward passes (issue 40). On CUDA in float32/float64 they
+// run on fusedops::gemm_nt, the planner's GEMM for the dtype and torch's float32 matmul
+// precision: in float32 the 3xFP16 engine where it runs (PyTorch's float32 accuracy at the fp16
 // tensor-core rate, where cuBLAS's float32 GEMM is a SIMT SGEMM), a copied contiguous, b^T
-// passed as a view. On the CPU, ATen's, so that the gradients there stay the reference's bit
-// for bit.
+// passed as a view. In float16/bfloat16 (a half model, or the autocast form's Linear) and on
+// the CPU, ATen's, the reference's own GEMMs: cuBLAS's half GEMM is the floor there and reads
+// transposed operands as they lie, and the CPU's gradients stay the reference's bit for bit.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,20 +20,24 @@ namespace fusedops::autograd {
 // a (m, k) b (k, n). b^T goes to gemm_nt as a view: its 3xFP16 engine splits it as it lies
 // (no copy of W^T for dX = dY W).
 inline at::Tensor backward_mm(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.is_cuda()) return a.mm(b);
+  if (!a.is_cuda() || c10::isReducedFloatingType(a.scalar_type())) return a.mm(b);
   return fusedops::gemm_nt(a.contiguous(), b.t());
 }
 
-// The forward's Linear x W^T + b again (x, W and b of one dtype).
+// The forward's Linear x W^T + b again, in x's dtype (the autocast form's float32 bias rounded
+// to it, as autocast cast it for the reference's Linear).
 inline at::Tensor backward_linear(const at::Tensor& x, const at::Tensor& weight,
                                   const at::Tensor& bias) {
-  if (!x.is_cuda()) return reference_linear(x, weight, bias);
+  if (!x.is_cuda() || c10::isReducedFloatingType(x.scalar_type())) {
+    return reference_linear(x, weight, bias);
+  }
   return fusedops::gemm_nt(x, weight).add_(bias);
 }
 
 // The y an operator's CUDA kernel handed over under `keep` (common/kept_linear.h), for the
-// backward: kept where it is x's dtype (float32/float64 x: the accumulation dtype; a half
-// forward's backward recomputes its chain), whether it holds the bias in the context.
+// backward: kept where it is x's dtype (float32/float64 x: the accumulation dtype; half x: the
+// eager route's y, the reference's own, bias included; the other half routes write float32 y,
+// and their backward recomputes the reference's), whether it holds the bias in the context.
 // Undefined where nothing was kept.
 inline at::Tensor keep_linear_output(torch::autograd::AutogradContext* ctx,
                                      const KeepLinear& keep, const at::Tensor& x) {
@@ -52,12 +57,18 @@ inline at::Tensor forward_linear(torch::autograd::AutogradContext* ctx, const at
 
 // The Linear's gradients from dy = dL/dy, each where autograd needs it: x's dy W, W's dy^T x,
 // b's dy summed to b's shape (the operator's tensor arguments 0, 1 and 2, into grads[0..2]).
+// dy goes to x's dtype first, and b's gradient to b's: in the autocast form the ops after the
+// Linear ran in float32 on its widened half output, and autograd's casts do the same to the
+// reference's gradients (the widening's backward rounds dy to half; the bias cast's widens).
 inline void linear_gradients(torch::autograd::AutogradContext* ctx, const at::Tensor& dy,
                              const at::Tensor& x, const at::Tensor& weight,
                              const at::Tensor& bias, torch::autograd::variable_list& grads) {
-  if (ctx->needs_input_grad(0)) grads[0] = backward_mm(dy, weight);
-  if (ctx->needs_input_grad(1)) grads[1] = backward_mm(dy.t(), x);
-  if (ctx->needs_input_grad(2)) grads[2] = at::sum_to(dy, bias.sym_sizes());
+  const at::Tensor d = dy.to(x.scalar_type());
+  if (ctx->needs_input_grad(0)) grads[0] = backward_mm(d, weight);
+  if (ctx->needs_input_grad(1)) grads[1] = backward_mm(d.t(), x);
+  if (ctx->needs_input_grad(2)) {
+    grads[2] = at::sum_to(d, bias.sym_sizes()).to(bias.scalar_type());
+  }
 }
 
 }  // namespace fusedops::autograd

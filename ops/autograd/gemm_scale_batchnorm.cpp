@@ -15,8 +15,10 @@
 //    statistics, so the backward never touches the real ones (the forward already updated them
 //    once). They are not saved either: the forward's own update would invalidate them.
 //  - Eval mode: batch_norm normalizes with the saved running statistics (constants).
-// A float16/bfloat16 model (the autocast form included: its casts are autograd's to follow), an
-// empty batch and a double backward (create_graph) recompute the reference chain linear ->
+// In float16/bfloat16 the same, in the reference's dtypes: the Linear in x's dtype, * scale
+// promoting it to scale's (the autocast form's float32, as in the reference), batch_norm in
+// that dtype, y's gradient back in x's dtype (backward_gemms.h).
+// An empty batch and a double backward (create_graph) recompute the reference chain linear ->
 // * scale -> batch_norm under autograd (autograd/backward_by_recompute.h) and differentiate it.
 //
 // running_mean, running_var and num_batches_tracked are mutated in place (Tensor(a!) in the
@@ -94,8 +96,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
     // An empty batch too: BatchNorm's statistics of no rows are the reference's to define.
-    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type()) ||
-        saved[0].sym_size(0) == 0) {
+    if (at::GradMode::is_enabled() || saved[0].sym_size(0) == 0) {
       return by_recompute(ctx, saved, grad_outputs);
     }
     const bool training = ctx->saved_data["training"].toBool();

@@ -1,18 +1,19 @@
 // Autograd for model 62 (Matmul_GroupNorm_LeakyReLU_Sum).
 //
 // Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope), and last
-// the forward's y where kept. The backward of a float32/float64 model (issue 40) runs the
-// reference's backward formulas directly (on the CPU its ops, so that the gradients are the
-// reference's bit for bit; on CUDA its GEMMs on the planner's GEMM, autograd/backward_gemms.h):
-// y = x W^T + b as the CUDA forward wrote it (kept, common/kept_linear.h; recomputed where a
-// route never writes it, and on the CPU), then GroupNorm's, LeakyReLU's and v + v's backward
-// in one helper operator (fusedops::groupnorm_leakyrelu_sum_backward: on the CPU ATen's
-// GroupNorm and its backward, on CUDA one pass), then the Linear's three. Without autograd's
-// graph over the recomputation, at most y, y's gradient and two per-element terms (CUDA) or
-// GroupNorm's output and its gradient (CPU) live at once: no more than the reference's
-// activations.
-// A float16/bfloat16 model (the autocast form included: its casts are autograd's to follow), an
-// empty batch and a double backward (create_graph) recompute the reference chain linear ->
+// the forward's y where kept. The backward (issue 40) runs the reference's backward formulas
+// directly (on the CPU its ops, so that the gradients are the reference's bit for bit; on CUDA
+// its GEMMs on the planner's GEMM, autograd/backward_gemms.h): y = x W^T + b as the CUDA
+// forward wrote it (kept, common/kept_linear.h; recomputed where a route never writes it, and
+// on the CPU), then GroupNorm's, LeakyReLU's and v + v's backward in one helper operator
+// (fusedops::groupnorm_leakyrelu_sum_backward: on the CPU ATen's GroupNorm and its backward, on
+// CUDA one pass), then the Linear's three. Without autograd's graph over the recomputation, at
+// most y, y's gradient and two per-element terms (CUDA) or GroupNorm's output and its gradient
+// (CPU) live at once: no more than the reference's activations.
+// In float16/bfloat16 the same, in the reference's dtypes: the Linear in x's dtype, GroupNorm
+// in gn_weight's (the autocast form's float32, on the widened y, as the reference's float32
+// group_norm widened it), y's gradient back in x's dtype (backward_gemms.h).
+// An empty batch and a double backward (create_graph) recompute the reference chain linear ->
 // group_norm -> leaky_relu -> v + v under autograd (autograd/backward_by_recompute.h) and
 // differentiate it.
 #include <ATen/ATen.h>
@@ -61,8 +62,7 @@ class MatmulGroupnormLeakyreluSumFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
-    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type()) ||
-        saved[0].sym_size(0) == 0) {
+    if (at::GradMode::is_enabled() || saved[0].sym_size(0) == 0) {
       return by_recompute(ctx, saved, grad_outputs);
     }
     const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
@@ -72,7 +72,8 @@ class MatmulGroupnormLeakyreluSumFunction
                      &beta = saved[4];
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
+    const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias)
+                             .to(gamma.scalar_type());
     auto [dy, dgamma, dbeta] = fusedops::groupnorm_leakyrelu_sum_backward(
         grad_outputs[0], y, gamma, beta, num_groups, eps, negative_slope);
     // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,

@@ -71,6 +71,26 @@ def randomize_(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def off_the_kink_(model: torch.nn.Module) -> torch.nn.Module:
+    """Model 62's GroupNorm parameters such that every GroupNorm output lies at least 0.2 from
+    LeakyReLU's kink at 0, where its gradient jumps from 1 to negative_slope: a channel's output
+    is gamma x_hat + beta with |x_hat| <= sqrt(group_size - 1), so |beta| >= 1 and
+    |gamma| sqrt(group_size - 1) <= 0.8 keep it there, both slopes taken (beta's sign per
+    channel). In float16/bfloat16 the reference's GroupNorm rounds its mean and rstd to the
+    model's dtype, moving outputs near 0 by up to ~1e-2: there it takes the other slope than an
+    exact computation would, and one such element moves its whole row of x's gradient. Tests
+    of half-precision gradients use these parameters; float32's exclude the rows instead
+    (test_autograd.py, rows_off_the_kink)."""
+    gn = model.gn
+    bound = max(gn.num_channels // gn.num_groups - 1, 1) ** 0.5
+    with torch.no_grad():
+        sign = torch.where(torch.rand_like(gn.bias) < 0.5, -1.0, 1.0)
+        gn.bias.copy_(sign * torch.empty_like(gn.bias).uniform_(1.0, 2.0))
+        gamma_sign = torch.where(torch.rand_like(gn.weight) < 0.2, -1.0, 1.0)
+        gn.weight.copy_(gamma_sign * torch.empty_like(gn.weight).uniform_(0.1, 0.8) / bound)
+    return model
+
+
 def make_pair(key, init_args, *, device="cpu", dtype=torch.float32, randomize=True):
     """A reference model and its ModelNew holding identical parameters and buffers."""
     Ref, New = classes(key)

@@ -13,7 +13,7 @@ from torch.autograd import gradcheck, gradgradcheck
 import fusedops
 from fusedops.accuracy import Tolerance, assert_within_tolerance, tolerance_for
 from fusedops_testing import (ERROR_FACTOR, HOUSEKEEPING_OPS, KEYS, UNIT_ROUNDOFF, assert_same_state,
-                              make_input, make_pair)
+                              make_input, make_pair, off_the_kink_)
 
 ops = torch.ops.fusedops
 
@@ -349,13 +349,14 @@ def test_model98_backward_is_its_own_algebra():
 
 @pytest.mark.parametrize("key,mode", [("39", "train"), ("39", "eval"), ("62", "train")],
                          ids=["39-train", "39-eval", "62"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
 def test_backward_runs_the_reference_formulas_without_a_graph(key, mode, dtype):
     """Issue 40: models 39's and 62's backward runs the reference's ops and their backward
-    formulas directly: no autograd node of a recomputed graph is evaluated inside it (the
-    recompute kept the whole chain's activations for autograd), and on the CPU its gradients
-    equal the reference's bit for bit. A double backward still recomputes the reference's chain
-    under autograd (create_graph)."""
+    formulas directly, in every dtype: no autograd node of a recomputed graph is evaluated
+    inside it (the recompute kept the whole chain's activations for autograd), and on the CPU
+    its gradients equal the reference's bit for bit. A double backward still recomputes the
+    reference's chain under autograd (create_graph)."""
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=dtype)
     ref.train(mode == "train")
     new.train(mode == "train")
@@ -428,6 +429,74 @@ def test_backward_keeps_the_forwards_y(key, mode, dtype):
         for name, g in first.items():
             rows = kept.get(name, slice(None))
             assert_within_tolerance(g[rows], grads_ref[name][rows], tol, grads64[name][rows])
+
+
+HALF_DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("numerics", ["accurate", "eager"])
+@pytest.mark.parametrize("form", ["half", "autocast"])
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("key,mode", [("39", "train"), ("39", "eval"), ("62", "train")],
+                         ids=["39-train", "39-eval", "62"])
+def test_half_backward_runs_without_a_graph_cuda(key, mode, dtype, form, numerics):
+    """Issue 40: a float16/bfloat16 model (`form` "half": the model in that dtype; "autocast": a
+    float32 model inside torch.autocast) trains on the same direct backward as float32, on
+    1024 rows (the GEMM routes of a training step): no autograd node of a recomputed chain runs
+    (autocast's own casts of x and the parameters do, for the reference too), and every
+    gradient is within the dtype's tolerance of the reference's or at least as close to the
+    float64 reference on the values the Linear multiplies, on rand and randn inputs (model 62
+    with GroupNorm's outputs away from LeakyReLU's kink: off_the_kink_)."""
+    in_features, out_features = 256, 384
+    init_args = {"39": (in_features, out_features, (out_features,)),
+                 "62": (in_features, out_features, 24)}[key]
+    model_dtype = dtype if form == "half" else torch.float32
+    ref, new = make_pair(key, init_args, device="cuda", dtype=model_dtype)
+    if key == "62":  # the half reference's GroupNorm takes LeakyReLU's kink its own way
+        new.load_state_dict(off_the_kink_(ref).state_dict())
+    new.numerics = numerics
+    ref.train(mode == "train")
+    new.train(mode == "train")
+    exact = copy.deepcopy(ref)
+    linear = exact.gemm if key == "39" else exact.fc
+    with torch.no_grad():  # what autocast multiplies: W and b rounded to the dtype
+        linear.weight.copy_(linear.weight.to(dtype))
+        linear.bias.copy_(linear.bias.to(dtype))
+    exact = exact.double()
+    recomputed = {"AddmmBackward0", "MmBackward0", "NativeGroupNormBackward0",
+                  "LeakyReluBackward0", "AddBackward0", "MulBackward0",
+                  "NativeBatchNormBackward0", "CudnnBatchNormBackward0"}
+    for dist in ("rand", "randn"):
+        x = make_input((1024, in_features), dist, dtype=model_dtype, device="cuda")
+        runs = {}
+        for name, model in (("ref", ref), ("new", new)):
+            model.zero_grad(set_to_none=True)
+            xr = x.clone().requires_grad_()
+            with torch.autocast("cuda", dtype=dtype, enabled=form == "autocast"):
+                out = model(xr)
+            grad_out = runs["ref"][1] if name == "new" else torch.randn_like(out)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                out.backward(grad_out)
+            nodes = {e.name.rsplit(": ", 1)[-1] for e in prof.events()
+                     if e.name.startswith("autograd::engine::evaluate_function")}
+            grads = {"x": xr.grad, **{n: p.grad for n, p in model.named_parameters()}}
+            runs[name] = (grads, grad_out, nodes)
+        assert not runs["new"][2] & recomputed, sorted(runs["new"][2])
+        assert runs["ref"][2] & recomputed  # the profile sees the reference's nodes
+        exact.zero_grad(set_to_none=True)
+        x64 = x.to(dtype).double().requires_grad_()
+        exact.train(mode == "train")
+        exact(x64).backward(runs["ref"][1].double())
+        grads64 = {"x": x64.grad, **{n: p.grad for n, p in exact.named_parameters()}}
+        grads_ref, grads_new = runs["ref"][0], runs["new"][0]
+        assert grads_new.keys() == grads_ref.keys()
+        for name, g in grads_new.items():
+            e = grads_ref[name]
+            tol = tolerance_for(dtype)
+            scale = max(float(e.abs().max()), 1.0)
+            assert_within_tolerance(g, e, Tolerance(atol=tol.atol * scale, rtol=tol.rtol),
+                                    grads64[name])
 
 
 @pytest.mark.cuda

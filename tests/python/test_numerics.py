@@ -17,7 +17,8 @@ import torch.nn as nn
 import fusedops
 from fusedops.accuracy import assert_within_tolerance, tolerance_for
 from fusedops_testing import (KEYS, assert_reduced, in_features, make_input, make_pair,
-                              run_trio)
+                              off_the_kink_, run_trio)
+
 
 HALF_DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16")]
 DISTS = ["rand", "randn"]
@@ -128,6 +129,8 @@ def test_eager_backward(key, device):
                  "62": (64, 48, 6)}[key]
     dtype = torch.bfloat16
     ref, new = make_pair(key, init_args, device=device, dtype=dtype)
+    if key == "62":  # the bfloat16 reference's GroupNorm takes LeakyReLU's kink its own way
+        new.load_state_dict(off_the_kink_(ref).state_dict())
     new.numerics = "eager"
     x = make_input((8, init_args[0]), "randn", dtype=dtype, device=device)
     x_ref = x.clone().requires_grad_()
