@@ -141,10 +141,17 @@ def test_eager_backward(key, device):
     grad = torch.randn_like(out_ref)
     out_ref.backward(grad)
     out_new.backward(grad)
-    assert_within_tolerance(x_new.grad, x_ref.grad, tolerance_for(dtype))
-    for (name, p_ref), (_, p_new) in zip(ref.named_parameters(), new.named_parameters()):
+    # The contract's float64 clause: where the bfloat16 reference's own roundings (its
+    # GroupNorm's statistics are rounded to bfloat16) take it farther than the tolerance from
+    # its exact value, ours must be at least as close to that value.
+    ref64 = copy.deepcopy(ref).double()
+    x64 = x.double().requires_grad_()
+    ref64(x64).backward(grad.double())
+    assert_within_tolerance(x_new.grad, x_ref.grad, tolerance_for(dtype), x64.grad)
+    params = zip(ref.named_parameters(), new.named_parameters(), ref64.parameters())
+    for (name, p_ref), (_, p_new), p64 in params:
         assert p_new.grad is not None, name
-        assert_within_tolerance(p_new.grad, p_ref.grad, tolerance_for(dtype))
+        assert_within_tolerance(p_new.grad, p_ref.grad, tolerance_for(dtype), p64.grad)
 
 
 OPS_CALLS = {
