@@ -13,6 +13,7 @@
 
 #include "autograd/backward_by_recompute.h"
 #include "common/kept_linear.h"
+#include "common/numerics.h"
 #include "fusedops/fusedops.h"
 
 namespace fusedops::autograd {
@@ -32,6 +33,19 @@ inline at::Tensor backward_linear(const at::Tensor& x, const at::Tensor& weight,
     return reference_linear(x, weight, bias);
   }
   return fusedops::gemm_nt(x, weight).add_(bias);
+}
+
+// Whether a backward of models 39 and 62 recomputes the reference's chain under autograd
+// instead of running its formulas directly: for a double backward (grad mode on inside the
+// backward), an empty batch (the reference's statistics of no rows), and a float16/bfloat16
+// model with numerics="eager", whose backward takes the reference's own roundings as its
+// forward does (common/numerics.h). `rounds`: what remember_rounding saved.
+inline bool recomputes(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+  return at::GradMode::is_enabled() || ctx->saved_data["rounds"].toBool() || x.sym_size(0) == 0;
+}
+inline void remember_rounding(torch::autograd::AutogradContext* ctx, const char* op,
+                              c10::string_view numerics, const at::Tensor& x) {
+  ctx->saved_data["rounds"] = rounds_intermediates(parse_numerics(op, numerics), x.scalar_type());
 }
 
 // The y an operator's CUDA kernel handed over under `keep` (common/kept_linear.h), for the

@@ -18,8 +18,9 @@
 // In float16/bfloat16 the same, in the reference's dtypes: the Linear in x's dtype, * scale
 // promoting it to scale's (the autocast form's float32, as in the reference), batch_norm in
 // that dtype, y's gradient back in x's dtype (backward_gemms.h).
-// An empty batch and a double backward (create_graph) recompute the reference chain linear ->
-// * scale -> batch_norm under autograd (autograd/backward_by_recompute.h) and differentiate it.
+// An empty batch, a double backward (create_graph) and a half model with numerics="eager" (the
+// reference's roundings) recompute the reference chain linear -> * scale -> batch_norm under
+// autograd (autograd/backward_by_recompute.h) and differentiate it.
 //
 // running_mean, running_var and num_batches_tracked are mutated in place (Tensor(a!) in the
 // schema) and are not differentiable: their gradients are undefined, and since the kernel runs
@@ -82,6 +83,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
                                            training, momentum, eps, cache_folds, numerics);
     }
     if (training) bump_versions(running_mean, running_var, num_batches_tracked);
+    autograd::remember_rounding(ctx, "gemm_scale_batchnorm", numerics, x);
     // y last; the running statistics (eval mode) after the six inputs.
     const at::Tensor y = autograd::keep_linear_output(ctx, keep, x);
     if (training) {
@@ -95,10 +97,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
-    // An empty batch too: BatchNorm's statistics of no rows are the reference's to define.
-    if (at::GradMode::is_enabled() || saved[0].sym_size(0) == 0) {
-      return by_recompute(ctx, saved, grad_outputs);
-    }
+    if (autograd::recomputes(ctx, saved[0])) return by_recompute(ctx, saved, grad_outputs);
     const bool training = ctx->saved_data["training"].toBool();
     const double eps = ctx->saved_data["eps"].toDouble();
     const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &scale = saved[3],

@@ -13,9 +13,9 @@
 // In float16/bfloat16 the same, in the reference's dtypes: the Linear in x's dtype, GroupNorm
 // in gn_weight's (the autocast form's float32, on the widened y, as the reference's float32
 // group_norm widened it), y's gradient back in x's dtype (backward_gemms.h).
-// An empty batch and a double backward (create_graph) recompute the reference chain linear ->
-// group_norm -> leaky_relu -> v + v under autograd (autograd/backward_by_recompute.h) and
-// differentiate it.
+// An empty batch, a double backward (create_graph) and a half model with numerics="eager" (the
+// reference's roundings) recompute the reference chain linear -> group_norm -> leaky_relu ->
+// v + v under autograd (autograd/backward_by_recompute.h) and differentiate it.
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
@@ -55,6 +55,7 @@ class MatmulGroupnormLeakyreluSumFunction
                                                      gn_bias, eps, negative_slope, cache_folds,
                                                      numerics);
     }
+    autograd::remember_rounding(ctx, "matmul_groupnorm_leakyrelu_sum", numerics, x);
     ctx->save_for_backward(
         {x, weight, bias, gn_weight, gn_bias, autograd::keep_linear_output(ctx, keep, x)});
     return out;
@@ -62,9 +63,7 @@ class MatmulGroupnormLeakyreluSumFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
-    if (at::GradMode::is_enabled() || saved[0].sym_size(0) == 0) {
-      return by_recompute(ctx, saved, grad_outputs);
-    }
+    if (autograd::recomputes(ctx, saved[0])) return by_recompute(ctx, saved, grad_outputs);
     const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
     const double eps = ctx->saved_data["eps"].toDouble();
     const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
