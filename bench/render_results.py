@@ -165,7 +165,8 @@ def render_floor(results) -> str:
     if not rows:
         return ("This run's docs/results.json has no floor column: `python3 bench/precisions.py "
                 "--reps 20 --json precisions.json` on the GPU, then bench/results.py with "
-                "`--precisions precisions.json`.")
+                "`--precisions precisions.json`. The last one measured: \"Issue 39, first "
+                "pass\" in the log below.")
     lines = [provenance(results, "fusedops' time over its floor (cuBLAS's bare GEMM at the same "
                         "shape and dtype in the same run, plus one read and one write of y at "
                         "copy bandwidth for model 39 in training; 1.00x is the floor), "
@@ -193,7 +194,7 @@ def render_training(results) -> str:
     if not rows:
         return ("This run's docs/results.json has no training table: `python3 bench/training.py "
                 "--json training.json` on the GPU, then bench/results.py with `--training "
-                "training.json`. The last one measured: \"Issue 40, third pass\" in the log below.")
+                "training.json`. The last one measured: \"Issue 40, fourth pass\" in the log below.")
     compiled = any(r.get("x_compile") is not None for r in rows)
     what = ("A training step (zero_grad, forward, loss, backward, SGD) against eager PyTorch's: "
             "how many times faster (above 1x fusedops is faster)" +
