@@ -29,16 +29,37 @@ run in float16/bfloat16 (KernelBench's atol = rtol = 1e-2) sees the same roundin
 operator checks the value ("accurate" or "eager"); like cache_folds it survives scripting and
 export, and a C++ host can set it (module.setattr("numerics", "eager")).
 
-Each forward reads a submodule once (`fc = self.fc`): every read of a submodule or a parameter
-goes through nn.Module.__getattr__, a Python function (about 0.6 us a read on a fast CPU), a
-large share of a small-batch call's host time (issue 25; docs/PERFORMANCE.md).
+Host time (issues 25 and 38): every read of a submodule or a parameter through the attribute
+(`self.fc.weight`) fails Python's normal lookup first and then runs nn.Module.__getattr__, about
+0.9 us a read on a 2-core CPU, 3-8 reads a call: a large share of a small-batch call's host
+time. Outside TorchScript each forward reads them from nn.Module's own tables instead
+(_member: what __getattr__ would return, found the way it finds it); TorchScript, which
+compiles attribute reads into the graph, keeps the attributes.
 """
+from typing import Optional, Tuple
+
 import torch
 import torch.nn as nn
 
 from ._library import load_library
 
 load_library()
+
+
+def _member(module: nn.Module, name: str):
+    """module.<name> for a parameter, buffer or submodule, read from nn.Module's tables as its
+    __getattr__ reads them, without the failed normal lookup before it; anything else (a plain
+    attribute, a parametrization's property, a missing name and its AttributeError) through
+    getattr."""
+    tables = module.__dict__
+    value = tables["_parameters"].get(name)
+    if value is None:
+        value = tables["_buffers"].get(name)
+        if value is None:
+            value = tables["_modules"].get(name)
+            if value is None:
+                value = getattr(module, name)
+    return value
 
 
 def _clear_folds_after_load(module, incompatible_keys):
@@ -59,11 +80,19 @@ class ModelNew98(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
-        matmul = self.matmul
+        if torch.jit.is_scripting():
+            matmul = self.matmul
+            weight, bias = matmul.weight, matmul.bias
+        else:
+            weight, bias = self._linear_tensors()
         return torch.ops.fusedops.matmul_avgpool_gelu_scale_max(
-            x, matmul.weight, matmul.bias, self.pool_kernel_size,
-            float(self.scale_factor),
+            x, weight, bias, self.pool_kernel_size, float(self.scale_factor),
             cache_folds=self.cache_folds, numerics=self.numerics)
+
+    @torch.jit.unused
+    def _linear_tensors(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        matmul = _member(self, "matmul")
+        return _member(matmul, "weight"), _member(matmul, "bias")
 
 
 class ModelNew18(nn.Module):
@@ -75,10 +104,18 @@ class ModelNew18(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
-        linear = self.linear
+        if torch.jit.is_scripting():
+            linear = self.linear
+            weight, bias = linear.weight, linear.bias
+        else:
+            weight, bias = self._linear_tensors()
         return torch.ops.fusedops.matmul_sum_max_avgpool_logsumexp_logsumexp(
-            x, linear.weight, linear.bias,
-            cache_folds=self.cache_folds, numerics=self.numerics)
+            x, weight, bias, cache_folds=self.cache_folds, numerics=self.numerics)
+
+    @torch.jit.unused
+    def _linear_tensors(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        linear = _member(self, "linear")
+        return _member(linear, "weight"), _member(linear, "bias")
 
 
 class ModelNew39(nn.Module):
@@ -93,21 +130,37 @@ class ModelNew39(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
-        bn = self.bn
-        running_mean = bn.running_mean
-        running_var = bn.running_var
-        num_batches_tracked = bn.num_batches_tracked
+        if torch.jit.is_scripting():
+            gemm, bn = self.gemm, self.bn
+            weight, bias, scale, bn_weight, bn_bias = (gemm.weight, gemm.bias, self.scale,
+                                                       bn.weight, bn.bias)
+            running_mean, running_var = bn.running_mean, bn.running_var
+            num_batches_tracked = bn.num_batches_tracked
+            # BatchNorm's constants through self.bn: TorchScript finds them only on that path.
+            training, momentum, eps = bn.training, self.bn.momentum, self.bn.eps
+        else:
+            (weight, bias, scale, bn_weight, bn_bias, running_mean, running_var,
+             num_batches_tracked, training, momentum, eps) = self._tensors()
         if running_mean is None or running_var is None or num_batches_tracked is None:
             raise RuntimeError(
                 "ModelNew39: bn has no running statistics (BatchNorm1d with "
                 "track_running_stats=False); fusedops.gemm_scale_batchnorm needs "
                 "running_mean, running_var and num_batches_tracked, as Model39's "
                 "BatchNorm1d(out_features) has them")
-        gemm = self.gemm
         return torch.ops.fusedops.gemm_scale_batchnorm(
-            x, gemm.weight, gemm.bias, self.scale, bn.weight, bn.bias,
-            running_mean, running_var, num_batches_tracked, bn.training, bn.momentum, bn.eps,
+            x, weight, bias, scale, bn_weight, bn_bias, running_mean, running_var,
+            num_batches_tracked, training, momentum, eps,
             cache_folds=self.cache_folds, numerics=self.numerics)
+
+    @torch.jit.unused
+    def _tensors(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor],
+                                Optional[torch.Tensor], bool, Optional[float], float]:
+        gemm, bn = _member(self, "gemm"), _member(self, "bn")
+        return (_member(gemm, "weight"), _member(gemm, "bias"), _member(self, "scale"),
+                _member(bn, "weight"), _member(bn, "bias"), _member(bn, "running_mean"),
+                _member(bn, "running_var"), _member(bn, "num_batches_tracked"), bn.training,
+                bn.momentum, bn.eps)
 
 
 class ModelNew62(nn.Module):
@@ -122,9 +175,23 @@ class ModelNew62(nn.Module):
         self.register_load_state_dict_post_hook(_clear_folds_after_load)
 
     def forward(self, x):
-        fc, gn = self.fc, self.gn
-        # GroupNorm's constants through self.gn: TorchScript finds them only on that path.
+        if torch.jit.is_scripting():
+            fc, gn = self.fc, self.gn
+            weight, bias, gn_weight, gn_bias = fc.weight, fc.bias, gn.weight, gn.bias
+            # GroupNorm's constants through self.gn: TorchScript finds them only on that path.
+            num_groups, eps = self.gn.num_groups, self.gn.eps
+            negative_slope = self.leaky_relu.negative_slope
+        else:
+            (weight, bias, gn_weight, gn_bias, num_groups, eps,
+             negative_slope) = self._tensors()
         return torch.ops.fusedops.matmul_groupnorm_leakyrelu_sum(
-            x, fc.weight, fc.bias, self.gn.num_groups, gn.weight, gn.bias,
-            self.gn.eps, self.leaky_relu.negative_slope,
+            x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
             cache_folds=self.cache_folds, numerics=self.numerics)
+
+    @torch.jit.unused
+    def _tensors(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int,
+                                float, float]:
+        fc, gn = _member(self, "fc"), _member(self, "gn")
+        return (_member(fc, "weight"), _member(fc, "bias"), _member(gn, "weight"),
+                _member(gn, "bias"), gn.num_groups, gn.eps,
+                _member(self, "leaky_relu").negative_slope)

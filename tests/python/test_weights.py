@@ -123,6 +123,29 @@ def test_replaced_parameter_is_followed(key, device):
     assert_follows(ref, new, x)
 
 
+class _Doubled(torch.nn.Module):
+    def forward(self, w):
+        return w * 2
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_parametrized_weight_is_followed(key, device):
+    """A weight under torch.nn.utils.parametrize is a property computed on each read, no longer
+    in the Linear's parameter table: ModelNew's forward, which reads parameters from nn.Module's
+    tables (models/fusedops/model_new.py, _member), reads it through the property, and follows
+    a write to the original."""
+    ref, new = pair(key, device)
+    x = x_for(key, device)
+    for model in (ref, new):
+        torch.nn.utils.parametrize.register_parametrization(linear_of(model, key), "weight",
+                                                            _Doubled())
+    assert_follows(ref, new, x)
+    for model in (ref, new):
+        with torch.no_grad():
+            linear_of(model, key).parametrizations.weight.original.mul_(-0.5)
+    assert_follows(ref, new, x)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_data_write_then_clear_fold_cache(key, device):
     """Writes through .data bypass the version counter (as for autograd); clear_fold_cache()
