@@ -18,10 +18,16 @@
 
 namespace fusedops::autograd {
 
+// Whether the backward's GEMMs on t run ATen's own (the CPU, float16/bfloat16; see above)
+// rather than gemm_nt.
+inline bool uses_atens_gemms(const at::Tensor& t) {
+  return !t.is_cuda() || c10::isReducedFloatingType(t.scalar_type());
+}
+
 // a (m, k) b (k, n). b^T goes to gemm_nt as a view: its 3xFP16 engine splits it as it lies
 // (no copy of W^T for dX = dY W).
 inline at::Tensor backward_mm(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.is_cuda() || c10::isReducedFloatingType(a.scalar_type())) return a.mm(b);
+  if (uses_atens_gemms(a)) return a.mm(b);
   return fusedops::gemm_nt(a.contiguous(), b.t());
 }
 
@@ -29,9 +35,7 @@ inline at::Tensor backward_mm(const at::Tensor& a, const at::Tensor& b) {
 // to it, as autocast cast it for the reference's Linear).
 inline at::Tensor backward_linear(const at::Tensor& x, const at::Tensor& weight,
                                   const at::Tensor& bias) {
-  if (!x.is_cuda() || c10::isReducedFloatingType(x.scalar_type())) {
-    return reference_linear(x, weight, bias);
-  }
+  if (uses_atens_gemms(x)) return reference_linear(x, weight, bias);
   return fusedops::gemm_nt(x, weight).add_(bias);
 }
 
