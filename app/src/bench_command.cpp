@@ -1,17 +1,21 @@
-// `fusedops_app bench MODEL.pt --batch 1,32,1024 --iters N`: per-call latency statistics and
-// throughput, each call timed on its own and synchronized with the device.
+// `fusedops_app bench MODEL.pt --batch 1,32,1024 --iters N [--cuda-graphs]`: per-call latency
+// statistics and throughput, each call timed on its own and synchronized with the device; with
+// --cuda-graphs each call copies its input into a captured graph and replays it
+// (graphed_forward.h).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "app_error.h"
 #include "commands.h"
 #include "device.h"
 #include "exported_model.h"
 #include "fusedops/fusedops.h"
+#include "graphed_forward.h"
 #include "json_output.h"
 #include "latency_statistics.h"
 #include "printable.h"
@@ -21,18 +25,22 @@ namespace fusedops_app {
 
 namespace {
 
-std::vector<double> time_forward_ms(ExportedModel& model, const at::Tensor& input,
-                                    const BenchOptions& options) {
+// `graphed`: the model's graphs under --cuda-graphs (captured by an untimed first call, before
+// the warm-up calls), else null.
+std::vector<double> time_forward_ms(ExportedModel& model, GraphedForward* graphed,
+                                    const at::Tensor& input, const BenchOptions& options) {
   const c10::Device& device = model.device();
+  auto call = [&] { return graphed ? graphed->forward(input) : model.forward(input); };
+  if (graphed) call();
   for (int64_t i = 0; i < options.warmup; ++i) {
-    model.forward(input);
+    call();
   }
   synchronize(device);
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(options.iterations));
   for (int64_t i = 0; i < options.iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    model.forward(input);
+    call();
     synchronize(device);
     samples.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -122,16 +130,23 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   command->add_flag("--json", options.json,
                     "one JSON document on stdout at the end instead of the table "
                     "(app/README.md); the table's rows go to stderr as they are measured");
+  command->add_flag("--cuda-graphs", options.cuda_graphs,
+                    "capture each batch size's call into a CUDA graph (an untimed call before "
+                    "the warm-up) and time replays: input copy, replay, synchronize (GPU only)");
   return command;
 }
 
 int run_bench_command(const BenchOptions& options, const c10::Device& device,
                       const FileOptions& files) {
+  if (options.cuda_graphs) check_cuda_graphs_device(device, "--device");
   ExportedModel model = ExportedModel::load(options.model, device, files.load);
+  std::optional<GraphedForward> graphed;
+  if (options.cuda_graphs) graphed.emplace(model);
   // With --json, stdout carries the document alone and the table goes to the log, row by row.
   std::FILE* table = options.json ? stderr : stdout;
-  fmt::print(table, "model {} on {}, {} timed calls after {} warm-up calls per batch size\n",
-             model.display_name(), device.str(), options.iterations, options.warmup);
+  fmt::print(table, "model {} on {}, {} timed calls after {} warm-up calls per batch size{}\n",
+             model.display_name(), device.str(), options.iterations, options.warmup,
+             options.cuda_graphs ? ", each a CUDA graph replay" : "");
   fmt::print(table, "{:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>13}\n", "batch", "min ms",
              "median ms", "p90 ms", "p99 ms", "IQR ms", "samples/s");
   std::fflush(table);
@@ -140,7 +155,8 @@ int run_bench_command(const BenchOptions& options, const c10::Device& device,
   for (const int64_t batch : options.batch_sizes) {
     const at::Tensor input = model.random_input(batch, options.seed);
     spdlog::debug("bench {}: input {}", model.display_name(), shape_text(input.sizes()));
-    const LatencySummary s = summarize_latencies(time_forward_ms(model, input, options));
+    const LatencySummary s = summarize_latencies(
+        time_forward_ms(model, graphed ? &*graphed : nullptr, input, options));
     fmt::print(table, "{:>7} {:>11.4f} {:>11.4f} {:>11.4f} {:>11} {:>11.4f} {:>13.1f}\n", batch,
                s.min_ms, s.median_ms, s.p90_ms,
                s.p99_ms ? fmt::format("{:.4f}", *s.p99_ms) : std::string("-"), s.iqr_ms,
@@ -166,6 +182,7 @@ int run_bench_command(const BenchOptions& options, const c10::Device& device,
                 {"device", device.str()},
                 {"iterations", options.iterations},
                 {"warmup", options.warmup},
+                {"cuda_graphs", options.cuda_graphs},
                 {"seed", options.seed},
                 {"min_samples_for_p99", kMinSamplesForP99},
                 {"unstable_relative_iqr", kUnstableRelativeIqr},

@@ -59,6 +59,7 @@ struct BenchOptions {
   int64_t warmup = 10;
   uint64_t seed = 0;
   bool json = false;
+  bool cuda_graphs = false;  // --cuda-graphs: each call a replay (graphed_forward.h)
 };
 
 struct StressOptions {
@@ -74,6 +75,7 @@ struct StressOptions {
   // --instance-devices: instance t runs on entry t mod size (a server's instance_group over
   // several GPUs); empty: every instance on --device.
   std::vector<std::string> instance_devices;
+  bool cuda_graphs = false;  // --cuda-graphs: each instance replays its own graphs
 };
 
 // Each add_* registers the subcommand and its options on app; run_* runs it.

@@ -4,6 +4,8 @@
 // stream, either on one shared module (ENABLE_WEIGHT_SHARING) or on a copy each, and load and
 // unload models while running. Each output is compared with the answer of the same input run on
 // one thread beforehand; then a load/unload loop shows that unloading returns the GPU memory.
+// With --cuda-graphs each instance captures its calls into CUDA graphs of its own (on its own
+// stream, graphed_forward.h) and replays them, checked the same way.
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StreamGuard.h>
@@ -24,6 +26,7 @@
 #include "device.h"
 #include "exported_model.h"
 #include "fusedops/fusedops.h"
+#include "graphed_forward.h"
 #include "tensor_io.h"
 
 namespace fusedops_app {
@@ -92,18 +95,24 @@ Outcome serve(std::vector<ExportedModel>& models, const std::vector<size_t>& mod
         stream_guard.emplace(guard_impl.getStreamFromGlobalPool(device));
       }
       ExportedModel& model = models[model_of_thread[static_cast<size_t>(t)]];
+      std::optional<GraphedForward> graphed;
+      if (options.cuda_graphs) graphed.emplace(model);
       std::vector<at::Tensor> local_inputs;
       for (const at::Tensor& x : inputs) local_inputs.push_back(x.to(device));
       const int64_t share = options.calls / threads + (t < options.calls % threads ? 1 : 0);
       out.latencies_ms.reserve(static_cast<size_t>(share));
+      // A graph's capture is a server's warm-up: before the timed calls.
+      if (graphed) graphed->forward(local_inputs[0]);
       // Start together, so that first calls race as they do when a server starts.
       ready.fetch_add(1);
       while (ready.load() < threads) std::this_thread::yield();
       for (int64_t i = 0; i < share; ++i) {
         const size_t which = static_cast<size_t>((t + i * threads) % kDistinctInputs);
         const auto start = std::chrono::steady_clock::now();
-        // .cpu() waits for this thread's stream only, as a server's response copy does.
-        const at::Tensor result = model.forward(local_inputs[which]).cpu();
+        // .cpu() waits for this thread's stream only, as a server's response copy does (and
+        // copies a graph's output before this thread's next replay writes it).
+        const at::Tensor& x = local_inputs[which];
+        const at::Tensor result = (graphed ? graphed->forward(x) : model.forward(x)).cpu();
         out.latencies_ms.push_back(
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count());
@@ -193,6 +202,9 @@ CLI::App* add_stress_command(CLI::App& app, StressOptions& options) {
       "the devices of the instances, in turn (instance t on entry t mod count, e.g. "
       "cuda:0,cuda:1 as Triton's instance_group gpus: [0, 1]); every entry is checked; the "
       "single-thread answers come from --device");
+  command->add_flag("--cuda-graphs", options.cuda_graphs,
+                    "each instance captures its calls into CUDA graphs on its own stream (at "
+                    "each input's first call) and replays them (GPU only)");
   return command;
 }
 
@@ -203,6 +215,10 @@ int run_stress_command(const StressOptions& options, const c10::Device& device,
   std::vector<c10::Device> listed;
   for (const std::string& entry : options.instance_devices) {
     listed.push_back(parse_device(entry, "--instance-devices"));
+    if (options.cuda_graphs) check_cuda_graphs_device(listed.back(), "--instance-devices");
+  }
+  if (options.cuda_graphs && options.instance_devices.empty()) {
+    check_cuda_graphs_device(device, "--device");
   }
   // The single-thread answers, from a model loaded on its own.
   std::vector<at::Tensor> inputs, expected;
@@ -218,9 +234,11 @@ int run_stress_command(const StressOptions& options, const c10::Device& device,
       inputs.push_back(reference.random_input(options.batch_size, options.seed + i).cpu());
       expected.push_back(reference.forward(inputs.back()).cpu());
     }
-    fmt::print("stress {} on {}: batch {}, {} distinct inputs, InferenceMode {}, fold cache {}\n",
+    fmt::print("stress {} on {}: batch {}, {} distinct inputs, InferenceMode {}, fold cache {}, "
+               "CUDA graphs {}\n",
                reference.display_name(), device.str(), options.batch_size, kDistinctInputs,
-               options.inference_mode ? "on" : "off", options.fold_cache ? "on" : "off");
+               options.inference_mode ? "on" : "off", options.fold_cache ? "on" : "off",
+               options.cuda_graphs ? "on" : "off");
   }
   std::fflush(stdout);
 

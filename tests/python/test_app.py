@@ -407,6 +407,7 @@ def test_bench_json_document(model_repo):
     assert document["command"] == "bench"
     assert document["model"] == MODEL_NAMES["62"]
     assert (document["device"], document["iterations"], document["warmup"]) == ("cpu", 7, 1)
+    assert document["cuda_graphs"] is False
     assert [row["batch"] for row in document["results"]] == [2, 3]
     for row in document["results"]:
         assert row["samples"] == 7
@@ -427,6 +428,30 @@ def test_bench_batch_list_with_spaces_is_a_clear_error(model_repo):
     for bad in ("0", "1,x", "-3", str(2 ** 24 + 1)):
         assert "--batch: expected batch sizes" in run_app(
             "bench", model_file(model_repo, "98"), "--batch", bad, expect=2).stderr, bad
+
+
+def test_bench_cuda_graphs_refuses_the_cpu(model_repo):
+    """--cuda-graphs (issue 38) replays GPU work: on the CPU a usage error naming the option,
+    what it needs and the device, before the model loads."""
+    assert_usage_error(run_app("bench", model_file(model_repo, "18"), "--cuda-graphs",
+                               "--device", "cpu", expect=None),
+                       "--cuda-graphs needs a GPU (CUDA graphs replay GPU work), but --device "
+                       "is cpu: use cuda or cuda:N")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["98", "18", "39", "62"])
+def test_bench_cuda_graphs_on_the_gpu(model_repo, key):
+    """bench --cuda-graphs (issue 38): each batch size captured once, then timed replays; the
+    JSON document says so. (Replays' results are checked by stress --cuda-graphs,
+    test_serving.py.)"""
+    document = json.loads(run_app("bench", model_file(model_repo, key), "--device", "cuda",
+                                  "--cuda-graphs", "--batch", "1,8,64", "--iters", 20,
+                                  "--warmup", 2, "--json").stdout)
+    assert document["cuda_graphs"] is True and document["device"] == "cuda:0"
+    assert [row["batch"] for row in document["results"]] == [1, 8, 64]
+    for row in document["results"]:
+        assert row["samples"] == 20 and 0 < row["min_ms"] <= row["median_ms"]
 
 
 @pytest.mark.parametrize("command", ["info", "run", "check", "bench", "stress"])

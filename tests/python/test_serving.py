@@ -475,6 +475,38 @@ def test_app_stress_on_cuda_streams(tmp_path, key):
 
 
 @needs_app
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", KEYS)
+def test_app_stress_cuda_graphs_on_cuda_streams(tmp_path, key):
+    """stress --cuda-graphs (issue 38): each of 4 instances captures its calls into CUDA graphs
+    of its own on its own stream and replays them, on shared and on copied weights: every
+    answer equal to the single-thread eager one within the tolerance, and the GPU memory back
+    to its baseline after each unload."""
+    repo = _export(tmp_path, "--models", key, "--device", "cuda")
+    result = _stress(next(repo.glob(f"fusedops_{key}_*/1/model.pt")), "--device", "cuda",
+                     "--instances", 4, "--calls", 2000, "--unload-cycles", 2, "--cuda-graphs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CUDA graphs on" in result.stdout, result.stdout
+    assert result.stdout.count("mismatches 0 ") == 2, result.stdout
+    assert result.stdout.count("back to baseline") == 2, result.stdout
+
+
+@needs_app
+@pytest.mark.parametrize("devices,named", [((), "--device is cpu"),
+                                           (("--instance-devices", "cpu,cpu"),
+                                            "--instance-devices is cpu")])
+def test_app_stress_cuda_graphs_refuses_the_cpu(small_repo, devices, named):
+    """--cuda-graphs on a CPU instance: a usage error naming the option that put it there,
+    before anything loads."""
+    model = next(small_repo.glob("fusedops_98_*/1/model.pt"))
+    result = _stress(model, "--instances", 2, "--calls", 4, "--cuda-graphs", *devices)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--cuda-graphs needs a GPU (CUDA graphs replay GPU work), but {named}" in \
+        result.stderr, result.stderr
+    assert "stress fusedops_98" not in result.stdout  # refused before the single-thread run
+
+
+@needs_app
 def test_app_stress_instance_devices_on_one_device(small_repo):
     """--instance-devices names each instance's device in turn; listing the one device twice
     serves as one device: one shared module, the unload cycles once."""
