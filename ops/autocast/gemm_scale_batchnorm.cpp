@@ -12,6 +12,8 @@
 namespace fusedops {
 namespace {
 
+constexpr const char* kOp = "gemm_scale_batchnorm";
+
 template <c10::DeviceType device_type>
 at::Tensor gemm_scale_batchnorm_autocast(const at::Tensor& x, const at::Tensor& weight,
                                          const at::Tensor& bias, const at::Tensor& scale,
@@ -28,8 +30,9 @@ at::Tensor gemm_scale_batchnorm_autocast(const at::Tensor& x, const at::Tensor& 
   }
   const bool cuda = device_type == c10::DeviceType::CUDA;
   return gemm_scale_batchnorm(cuda ? call.to_autocast_dtype(x) : call.rounded(x),
-                              cuda ? call.to_autocast_dtype(weight) : call.rounded(weight),
-                              call.rounded(bias), scale.to(at::kFloat),
+                              call.parameter(kOp, weight, cache_folds, /*widened=*/!cuda),
+                              call.parameter(kOp, bias, cache_folds, /*widened=*/true),
+                              scale.to(at::kFloat),
                               bn_weight.to(at::kFloat), bn_bias.to(at::kFloat), running_mean,
                               running_var, num_batches_tracked, training, momentum, eps,
                               cache_folds, numerics);

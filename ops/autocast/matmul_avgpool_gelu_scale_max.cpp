@@ -10,6 +10,8 @@
 namespace fusedops {
 namespace {
 
+constexpr const char* kOp = "matmul_avgpool_gelu_scale_max";
+
 template <c10::DeviceType device_type>
 at::Tensor matmul_avgpool_gelu_scale_max_autocast(const at::Tensor& x, const at::Tensor& weight,
                                                   const at::Tensor& bias,
@@ -20,8 +22,9 @@ at::Tensor matmul_avgpool_gelu_scale_max_autocast(const at::Tensor& x, const at:
     return matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size, scale_factor,
                                          cache_folds, numerics);
   }
-  return matmul_avgpool_gelu_scale_max(call.to_autocast_dtype(x), call.to_autocast_dtype(weight),
-                                       call.to_autocast_dtype(bias), pool_kernel_size,
+  return matmul_avgpool_gelu_scale_max(call.to_autocast_dtype(x),
+                                       call.parameter(kOp, weight, cache_folds),
+                                       call.parameter(kOp, bias, cache_folds), pool_kernel_size,
                                        scale_factor, cache_folds, numerics);
 }
 

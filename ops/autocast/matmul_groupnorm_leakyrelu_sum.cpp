@@ -17,6 +17,8 @@
 namespace fusedops {
 namespace {
 
+constexpr const char* kOp = "matmul_groupnorm_leakyrelu_sum";
+
 template <c10::DeviceType device_type>
 at::Tensor matmul_groupnorm_leakyrelu_sum_autocast(const at::Tensor& x, const at::Tensor& weight,
                                                    const at::Tensor& bias, int64_t num_groups,
@@ -31,12 +33,15 @@ at::Tensor matmul_groupnorm_leakyrelu_sum_autocast(const at::Tensor& x, const at
   }
   if constexpr (device_type == c10::DeviceType::CUDA) {
     return matmul_groupnorm_leakyrelu_sum(
-        call.to_autocast_dtype(x), call.to_autocast_dtype(weight), call.rounded(bias), num_groups,
+        call.to_autocast_dtype(x), call.parameter(kOp, weight, cache_folds),
+        call.parameter(kOp, bias, cache_folds, /*widened=*/true), num_groups,
         gn_weight.to(at::kFloat), gn_bias.to(at::kFloat), eps, negative_slope, cache_folds,
         numerics);
   }
-  return matmul_groupnorm_leakyrelu_sum(call.rounded(x), call.rounded(weight),
-                                        call.rounded(bias), num_groups, gn_weight.to(at::kFloat),
+  return matmul_groupnorm_leakyrelu_sum(call.rounded(x),
+                                        call.parameter(kOp, weight, cache_folds, true),
+                                        call.parameter(kOp, bias, cache_folds, true), num_groups,
+                                        gn_weight.to(at::kFloat),
                                         gn_bias.to(at::kFloat), eps, negative_slope, cache_folds,
                                         numerics)
       .to(call.dtype());

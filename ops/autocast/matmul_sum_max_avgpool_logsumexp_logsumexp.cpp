@@ -13,6 +13,8 @@
 namespace fusedops {
 namespace {
 
+constexpr const char* kOp = "matmul_sum_max_avgpool_logsumexp_logsumexp";
+
 template <c10::DeviceType device_type>
 at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autocast(const at::Tensor& x,
                                                                const at::Tensor& weight,
@@ -24,8 +26,8 @@ at::Tensor matmul_sum_max_avgpool_logsumexp_logsumexp_autocast(const at::Tensor&
     return matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds, numerics);
   }
   const at::Tensor out = matmul_sum_max_avgpool_logsumexp_logsumexp(
-      call.to_autocast_dtype(x), call.to_autocast_dtype(weight), call.to_autocast_dtype(bias),
-      cache_folds, numerics);
+      call.to_autocast_dtype(x), call.parameter(kOp, weight, cache_folds),
+      call.parameter(kOp, bias, cache_folds), cache_folds, numerics);
   return device_type == c10::DeviceType::CUDA ? out.to(at::kFloat) : out;
 }
 

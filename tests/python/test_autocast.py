@@ -89,6 +89,43 @@ def test_autocast_matches_the_reference(key, dtype, sizes, numerics, grad, devic
 
 
 @pytest.mark.parametrize("key", KEYS)
+def test_autocast_casts_each_weight_once_across_regions(key, device):
+    """A server enters an autocast region per request. Where autograd does not differentiate
+    the call, the Linear's weight and bias in the autocast dtype are folds of the float32
+    parameters (ops/autocast/autocast_helpers.h): made once per version, not once per region
+    as autocast's own cache makes them (and models 18 and 98 then folded each new cast again).
+    A weight written in place is cast again, and every result matches the reference's."""
+    dtype = torch.bfloat16
+    ref, new = make_pair(key, INIT_ARGS[key], device=device)
+    x = make_input((16, INIT_ARGS[key][0]), "rand", device=device)
+
+    def call():  # one request: its own region
+        exact = _exact_reference(ref, key, dtype)
+        with torch.no_grad():
+            with torch.autocast(device, dtype=dtype):
+                expected, out = ref(x), new(x)
+            expected64 = exact(x.to(dtype).double())
+        assert_within_tolerance(out, expected, tolerance_for(dtype), expected64)
+
+    def misses():
+        return torch.ops.fusedops.fold_cache_stats()["misses"]
+
+    call()
+    before = misses()
+    for _ in range(3):
+        call()
+    assert misses() == before, "a fold made again in a new autocast region"
+    with torch.no_grad():
+        for model in (ref, new):
+            getattr(model, LINEAR[key]).weight.mul_(0.5)
+    call()
+    assert misses() > before, "the weight's cast not made again after an in-place write"
+    before = misses()
+    call()
+    assert misses() == before
+
+
+@pytest.mark.parametrize("key", KEYS)
 def test_autocast_leaves_float64_alone(key, device):
     """autocast casts no float64 tensor: a float64 model stays float64 throughout."""
     ref, new = make_pair(key, INIT_ARGS[key], device=device, dtype=torch.float64)
