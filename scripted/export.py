@@ -52,7 +52,9 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import stat
+import subprocess
 import sys
 import time
 import warnings
@@ -359,6 +361,30 @@ def aoti_noise_silenced():
         cpp_extension_logger.removeFilter(no_cuda_runtime)
 
 
+def refuse_a_compiler_without_shared_libstdcxx() -> None:
+    """AOTInductor links the .pt2's library with the C++ compiler torch picks ($CXX, else g++).
+    A toolchain that has only a static libstdc++ (found as CXX on a GPU machine we test on)
+    links a second copy of the C++ runtime into that library; loaded into torch's process, it
+    dies in std::regex's locale code on its first call (a segmentation fault, no message).
+    The compiler answers where its shared libstdc++ is: a bare name means it has none."""
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        compiler = cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        raise RuntimeError(f"AOTInductor needs a C++ compiler for the .pt2 and found none: "
+                           f"expected $CXX or g++ on PATH, got CXX="
+                           f"{os.environ.get('CXX', '(unset)')}") from None
+    answer = subprocess.run([compiler, "-print-file-name=libstdc++.so"], capture_output=True,
+                            text=True).stdout.strip()
+    if "/" not in answer:
+        raise RuntimeError(
+            f"AOTInductor's C++ compiler {compiler} (from $CXX, else g++ on PATH) has no shared "
+            f"libstdc++ (-print-file-name=libstdc++.so answers {answer!r}, expected a path): the "
+            f".pt2 would carry a second C++ runtime and crash when loaded; set CXX to a compiler "
+            f"that links the shared libstdc++ (such as /usr/bin/g++); nothing was written")
+
+
 def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dict,
                       path: Path) -> None:
     """torch.export with a dynamic batch dimension, then AOTInductor compiles the graph into a
@@ -560,10 +586,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"fusedops {torch.ops.fusedops.version()} ({fusedops.library_path}), "
           f"torch {torch.__version__}")
-    doing = f"--output {args.output}"
+    doing = "checking AOTInductor's C++ compiler"
     # A failure is one line naming what failed and exit status 2, as for a bad argument; a
     # model folder being written when it happens stays as it was (scripted/model_folder.py).
     try:
+        if "pt2" in args.formats:
+            refuse_a_compiler_without_shared_libstdcxx()
+        doing = f"--output {args.output}"
         refuse_output_that_is_not_a_folder(args.output)
         args.output.mkdir(parents=True, exist_ok=True)
         for spec in make_specs(args):

@@ -788,6 +788,32 @@ def test_export_pt2_metadata_and_package(aoti_repo):
                 torch.testing.assert_close(package(x), scripted(x), atol=1e-5, rtol=1e-5)
 
 
+def test_export_refuses_a_compiler_without_a_shared_libstdcxx(tmp_path):
+    """Found on a GPU machine whose $CXX toolchain holds only a static libstdc++: the .pt2 got
+    a second C++ runtime linked in and the export died loading it back (segmentation fault,
+    no message). The stand-in compiler is the real one answering as that toolchain does."""
+    skip_without_cpp_compiler()
+    real = shutil.which(os.environ.get("CXX", "g++"))
+    fake = tmp_path / "static-only-g++"
+    fake.write_text("#!/bin/sh\n"
+                    'if [ "$1" = "-print-file-name=libstdc++.so" ]; then echo libstdc++.so; '
+                    f'exit 0; fi\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    repo = tmp_path / "repo"
+    result = subprocess.run([sys.executable, "-m", "scripted.export", "--sizes", "small",
+                             "--models", "98", "--formats", "pt,pt2", "--output", str(repo)],
+                            cwd=REPO_ROOT, env={**python_env(), "CXX": str(fake)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result
+    assert ("error: checking AOTInductor's C++ compiler: RuntimeError: AOTInductor's C++ "
+            f"compiler {fake} "
+            "(from $CXX, else g++ on PATH) has no shared libstdc++ (-print-file-name="
+            "libstdc++.so answers 'libstdc++.so', expected a path)") in result.stderr
+    assert "set CXX to a compiler that links the shared libstdc++" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not repo.exists()  # refused before anything, the TorchScript folder included
+
+
 def test_export_rejects_an_unknown_format(tmp_path):
     result = subprocess.run([sys.executable, "-m", "scripted.export", "--formats", "pt,onnx",
                              "--output", str(tmp_path)],
