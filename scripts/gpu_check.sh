@@ -25,7 +25,9 @@ export FUSEDOPS_CMAKE_ARGS="-DFUSEDOPS_CUDA_ARCHITECTURES=90a ${FUSEDOPS_CMAKE_A
 # The GPU machine sets CC/CXX/CUDAHOSTCXX to a toolchain in /opt/gcc whose library folder holds
 # only a static libstdc++: linked into libfusedops, that second copy of the C++ runtime crashed
 # every TORCH_CHECK message that formats an integer (SIGSEGV in num_put, inside torch's
-# process). Build with the system compilers, which link the shared libstdc++ torch uses.
+# process). Build with the system compilers, which link the shared libstdc++ torch uses. The
+# unset matters for the tests too: AOTInductor links each .pt2 with $CXX (else g++ on PATH),
+# and a .pt2 linked by that toolchain crashed loading (scripted.export now refuses it).
 if [[ -x /usr/bin/g++ ]]; then
   unset CC CXX CUDAHOSTCXX
   FUSEDOPS_CMAKE_ARGS+=" -DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++"
