@@ -71,9 +71,12 @@ class RecordedCall {
 // nothing of the bias, so a model whose weights are inference tensors runs with grad mode on
 // (issue 36); such a tensor is kept as a plain value (it has no version counter, and nothing
 // outside inference mode can write it). An inference tensor the reference saves is saved, and
-// fails as the reference does.
+// fails as the reference does. `output`, where given, is the forward's result, saved after
+// them (autograd keeps an output without a reference cycle and refuses a backward after an
+// in-place write to it, as for the reference's ops that save their result).
 inline void keep_linear_inputs(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                               const at::Tensor& weight, const at::Tensor& bias) {
+                               const at::Tensor& weight, const at::Tensor& bias,
+                               const at::Tensor& output = at::Tensor()) {
   const bool saved_by_reference[] = {weight.requires_grad(), x.requires_grad(), false};
   const at::Tensor* inputs[] = {&x, &weight, &bias};
   torch::autograd::variable_list saved;
@@ -86,10 +89,11 @@ inline void keep_linear_inputs(torch::autograd::AutogradContext* ctx, const at::
       saved.push_back(t);
     }
   }
+  if (output.defined()) saved.push_back(output);
   ctx->save_for_backward(saved);
 }
 
-// What keep_linear_inputs kept, in the order x, weight, bias.
+// What keep_linear_inputs kept, in the order x, weight, bias (and the output, where given).
 inline torch::autograd::variable_list kept_linear_inputs(torch::autograd::AutogradContext* ctx) {
   torch::autograd::variable_list kept = ctx->get_saved_variables();
   for (size_t i = 0; i < kept.size(); ++i) {

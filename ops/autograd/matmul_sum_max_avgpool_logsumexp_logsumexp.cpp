@@ -1,10 +1,9 @@
 // Autograd for model 18 (Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp) and its fold helper.
 //
-// matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight and bias, and which rows of the
-// output are finite. Its backward is the model's own algebra (issue 40): out = x . c + s with
-// c = colsum(W) and s = sum(b), and the tail (max, mean, two logsumexps over a size-1 dim) has
-// gradient 1 on a finite row and NaN on another (logsumexp's exp(inf - inf)), as the
-// reference's. With g that gradient (batch,): dL/dx = g c^T, dL/dW[j, :] = x^T g for every j
+// matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight, bias and its output. Its backward
+// is the model's own algebra (issue 40): out = x . c + s with c = colsum(W) and s = sum(b), and
+// the tail (max, mean, two logsumexps over a size-1 dim) has logsumexp's gradient
+// exp(out - out), as the reference's: 1 on a finite row, NaN on another (exp(inf - inf)). With g that gradient (batch,): dL/dx = g c^T, dL/dW[j, :] = x^T g for every j
 // (W's gradient has rank one: one GEMV, broadcast), dL/db[j] = sum(g) for every j. No GEMM and
 // no (batch, out_features) tensor. A double backward (create_graph) recomputes the reference's
 // chain (autograd/backward_by_recompute.h) and differentiates that.
@@ -14,8 +13,6 @@
 #include <ATen/OpMathType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
-
-#include <limits>
 #include <torch/library.h>
 
 #include <optional>
@@ -37,15 +34,15 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, bool cache_folds,
                             c10::string_view numerics) {
-    autograd::keep_linear_inputs(ctx, x, weight, bias);
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       out = fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp(x, weight, bias, cache_folds,
                                                                   numerics);
     }
-    // Not the output itself: saved, it would hold its own graph (and see in-place writes to it).
-    ctx->saved_data["finite"] = at::isfinite(out);
+    // The output, not a mask of its finite rows: the backward's factor is a function of it,
+    // and a mask cost the forward of every training step four more kernels.
+    autograd::keep_linear_inputs(ctx, x, weight, bias, out);
     return out;
   }
 
@@ -56,9 +53,10 @@ class MatmulSumMaxAvgpoolLogsumexpLogsumexpFunction
     // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const at::ScalarType acc = at::toOpMathType(x.scalar_type());
-    const at::Tensor finite = ctx->saved_data["finite"].toTensor().reshape({-1});
-    const at::Tensor g = at::where(finite, grad_outputs[0].reshape({-1}).to(acc),
-                                   std::numeric_limits<double>::quiet_NaN());
+    // logsumexp's gradient exp(out - out): exactly 1 on a finite row, NaN on an infinite or
+    // NaN one.
+    const at::Tensor out = saved[3].reshape({-1});
+    const at::Tensor g = grad_outputs[0].reshape({-1}).to(acc) * (out - out).exp();
     variable_list grads(5);
     if (ctx->needs_input_grad(0)) {
       const at::Tensor column_sums = at::sum(weight, {0}, /*keepdim=*/false, acc);

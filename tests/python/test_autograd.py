@@ -298,16 +298,51 @@ def test_max_tie_goes_to_first_index():
     assert_same_grads(grads_new, grads_ref, torch.float64)
 
 
-def test_non_finite_sum_gets_reference_nan_gradient():
-    """Model 18's logsumexp tail is the identity for finite sums but gives NaN gradients for an
-    infinite one; the recomputed chain keeps that."""
-    ref, new = make_pair("18", (6, 10), dtype=torch.float64)
-    x = make_input((4, 6), "randn", dtype=torch.float64)
-    x[1, 2] = float("inf")
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_non_finite_sum_gets_reference_nan_gradient(value, dtype):
+    """Model 18's logsumexp tail has gradient exp(out - out): 1 on a finite row, NaN on a row
+    whose sum is infinite or NaN, as the reference's."""
+    ref, new = make_pair("18", (6, 10), dtype=dtype)
+    x = make_input((4, 6), "randn", dtype=dtype)
+    x[1, 2] = value
     _, grads_ref, grad_out = forward_backward(ref, x)
     _, grads_new, _ = forward_backward(new, x, grad_out)
     assert grads_ref["x"][1].isnan().all() and grads_ref["x"][0].isfinite().all()
-    assert_same_grads(grads_new, grads_ref, torch.float64)
+    assert_same_grads(grads_new, grads_ref, dtype)
+
+
+def test_model18_forward_under_autograd_runs_only_the_operator():
+    """The forward of a training step runs what an inference call runs and nothing beside it:
+    the backward's factor comes from the saved output (it computed a mask of the finite rows,
+    four more kernels in every step's forward on a GPU)."""
+    _, new = make_pair("18", (64, 48), dtype=torch.float32)
+    x = make_input((32, 64), "randn")
+
+    def ops_of(call):
+        call()  # the weights' folds made and cached first
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            call()
+        return sorted(e.name for e in prof.events())
+
+    def inference():
+        with torch.no_grad():
+            new(x)
+
+    x_grad = x.detach().requires_grad_()
+    training = ops_of(lambda: new(x_grad))
+    assert training == ops_of(inference)
+
+
+def test_model18_output_written_in_place_refuses_the_backward_as_the_reference():
+    """The output is saved for the backward, as the reference's last logsumexp saves its
+    result: an in-place write to it before backward is refused on both."""
+    for model in make_pair("18", (6, 10), dtype=torch.float64):
+        x = make_input((4, 6), "randn", dtype=torch.float64).requires_grad_()
+        out = model(x)
+        out.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
 
 
 def test_model18_backward_is_its_own_algebra():
