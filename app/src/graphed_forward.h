@@ -35,7 +35,7 @@ class GraphedForward {
   ~GraphedForward();
 
   // The model's output for x: x copied into the static input of x's shape (captured on the
-  // first call of that shape on this object: `warmup` eager calls, then the capture), the graph
+  // first call of that shape on this object: two eager calls, then the capture), the graph
   // replayed on the current stream. The result is the graph's static output: valid until the
   // next call of this object with x's shape (clone it to keep it). Checked as
   // ExportedModel::forward checks (input before, output after the capture). One thread and

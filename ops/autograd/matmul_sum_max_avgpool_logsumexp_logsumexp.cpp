@@ -3,9 +3,10 @@
 // matmul_sum_max_avgpool_logsumexp_logsumexp saves x, weight, bias and its output. Its backward
 // is the model's own algebra (issue 40): out = x . c + s with c = colsum(W) and s = sum(b), and
 // the tail (max, mean, two logsumexps over a size-1 dim) has logsumexp's gradient
-// exp(out - out), as the reference's: 1 on a finite row, NaN on another (exp(inf - inf)). With g that gradient (batch,): dL/dx = g c^T, dL/dW[j, :] = x^T g for every j
-// (W's gradient has rank one: one GEMV, broadcast), dL/db[j] = sum(g) for every j. No GEMM and
-// no (batch, out_features) tensor. A double backward (create_graph) recomputes the reference's
+// exp(out - out), as the reference's: 1 on a finite row, NaN on another (exp(inf - inf)).
+// With g that gradient (batch,): dL/dx = g c^T, dL/dW[j, :] = x^T g for every j (W's gradient
+// has rank one: one GEMV, broadcast), dL/db[j] = sum(g) for every j. No GEMM and no
+// (batch, out_features) tensor. A double backward (create_graph) recomputes the reference's
 // chain (autograd/backward_by_recompute.h) and differentiates that.
 //
 // sum_fold_linear saves weight and bias: it is linear in them (column sums, bias sum).
