@@ -53,16 +53,27 @@ inline void remember_rounding(torch::autograd::AutogradContext* ctx, const char*
 }
 
 // The y an operator's CUDA kernel handed over under `keep` (common/kept_linear.h), for the
-// backward: kept where it is x's dtype (float32/float64 x: the accumulation dtype; half x: the
-// eager route's y, the reference's own, bias included; the other half routes write float32 y,
-// and their backward recomputes the reference's), whether it holds the bias in the context.
-// Undefined where nothing was kept.
+// backward, in x's dtype: float32/float64 x: as written (the accumulation dtype); float16/
+// bfloat16 x: the half routes' float32 y, with the bias, rounded to x's dtype once, as the
+// reference's Linear rounds its own (the backward then runs no GEMM of the forward's width:
+// the reference keeps its y too). Nothing where the backward recomputes the reference's chain
+// (remember_rounding first: numerics="eager" on a half model) or nothing was kept: undefined.
 inline at::Tensor keep_linear_output(torch::autograd::AutogradContext* ctx,
-                                     const KeepLinear& keep, const at::Tensor& x) {
+                                     const KeepLinear& keep, const at::Tensor& x,
+                                     const at::Tensor& bias) {
   const KeptLinear& kept = keep.kept();
-  const bool usable = kept.y.defined() && kept.y.scalar_type() == x.scalar_type();
-  ctx->saved_data["y_has_bias"] = usable && kept.bias_added;
-  return usable ? kept.y : at::Tensor();
+  at::Tensor y;
+  bool has_bias = false;
+  if (kept.y.defined() && !ctx->saved_data["rounds"].toBool()) {
+    y = kept.y;
+    has_bias = kept.bias_added;
+    if (y.scalar_type() != x.scalar_type()) {
+      y = (has_bias ? y : y + bias).to(x.scalar_type());
+      has_bias = true;
+    }
+  }
+  ctx->saved_data["y_has_bias"] = has_bias;
+  return y;
 }
 
 // The forward's Linear x W^T + b: the y keep_linear_output saved (`kept`), or recomputed.

@@ -85,7 +85,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     autograd::remember_rounding(ctx, "gemm_scale_batchnorm", numerics, x);
     // y last; the running statistics (eval mode) after the six inputs.
-    const at::Tensor y = autograd::keep_linear_output(ctx, keep, x);
+    const at::Tensor y = autograd::keep_linear_output(ctx, keep, x, bias);
     if (training) {
       ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, y});
     } else {

@@ -2,26 +2,35 @@
 //
 // matmul_avgpool_gelu_scale_max saves x, weight and bias (plus the non-tensor arguments). Its
 // backward is the model's own algebra (issue 40). With Wp, bp the pooled Linear (a k-window's
-// mean of W's rows and b's entries: avgpool_fold_linear), p = x Wp^T + bp (batch, out / k), a
-// GEMM k times smaller than the reference's, recomputed (on CUDA on the planner's GEMM:
-// autograd/backward_gemms.h); h = scale gelu(p); out = max(h, 1),
-// whose gradient goes to each row's argmax r (torch.max's own, on h: the first index on a tie, a
-// NaN where there is one). With c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp,
-// no GEMM; dL/dWp[r] = sum of c_i x_i over the rows whose argmax is r, and each of W's k rows of
-// window r takes 1/k of it (the rows past the last window, which the pooling drops, zero); the
-// bias likewise. A float16/bfloat16 model (whose near-ties the reference's rounded chain breaks
-// its own way) and a double backward (create_graph) recompute the reference's chain
+// mean of W's rows and b's entries: avgpool_fold_linear) and p the pooled Linear output
+// (batch, out / k): h = scale gelu(p); out = max(h, 1), whose gradient goes to each row's
+// argmax r (torch.max's own, on h: the first index on a tie, a NaN where there is one). With
+// c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp, no GEMM; dL/dWp[r] = sum of
+// c_i x_i over the rows whose argmax is r (summed in the accumulation dtype), and each of W's
+// k rows of window r takes 1/k of it (the rows past the last window, which the pooling drops,
+// zero); the bias likewise.
+// Where r and p come from:
+//  - float32/float64: p = x Wp^T + bp, a GEMM k times smaller than the reference's,
+//    recomputed (on CUDA on the planner's GEMM: autograd/backward_gemms.h).
+//  - float16/bfloat16 (a half model, or the autocast form): the reference's own forward
+//    recomputed in its dtype, without autograd: its rounded chain breaks the row maximum's
+//    near-ties (one at every few windows) its own way, and its argmax, not ours, carries the
+//    reference's gradient. One GEMM where the reference's backward runs two.
+// A half model with numerics="eager" (the reference's roundings, common/numerics.h) and a
+// double backward (create_graph) recompute the reference's chain under autograd
 // (autograd/backward_by_recompute.h) and differentiate that.
 //
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/checks.h"
@@ -59,6 +68,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
                             double scale_factor, bool cache_folds,
                             c10::string_view numerics) {
     autograd::keep_linear_inputs(ctx, x, weight, bias);
+    autograd::remember_rounding(ctx, "matmul_avgpool_gelu_scale_max", numerics, x);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -68,45 +78,60 @@ class MatmulAvgpoolGeluScaleMaxFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = autograd::kept_linear_inputs(ctx);
-    // In float16/bfloat16 the row maximum has near-ties at every few windows, which the
-    // reference's rounded chain (a full GEMM, rounded, then pooled) breaks its own way: its
-    // argmax, not ours, carries the reference's gradient.
-    if (at::GradMode::is_enabled() || c10::isReducedFloatingType(saved[0].scalar_type())) {
+    if (at::GradMode::is_enabled() || ctx->saved_data["rounds"].toBool()) {
       return by_recompute(ctx, saved, grad_outputs);
     }
     const at::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2];
     const int64_t k = ctx->saved_data["pool_kernel_size"].toInt();
     const double scale = ctx->saved_data["scale_factor"].toDouble();
-    // In the forward's dtype, float32 or float64 here (autograd/backward_by_recompute.h: the
-    // same rule).
+    // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const at::ScalarType acc = at::toOpMathType(x.scalar_type());
     at::Tensor wp, bp;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       std::tie(wp, bp) = fusedops::avgpool_fold_linear(weight, bias, k);
     }
-    const at::Tensor p = autograd::backward_linear(x, wp, bp);
-    const at::Tensor r = std::get<1>(at::max(at::gelu(p) * scale, /*dim=*/1));
+    const auto [r, p] = argmax_windows(x, weight, bias, wp, bp, k, scale);
     const at::Tensor p_r = p.gather(1, r.unsqueeze(1)).squeeze(1);
     const at::Tensor c = at::gelu_backward(grad_outputs[0] * scale, p_r);
     variable_list grads(7);  // and none for the four non-tensor arguments
     if (ctx->needs_input_grad(0)) {
       grads[0] = c.unsqueeze(1) * wp.index_select(0, r);
     }
+    const at::Tensor c_acc = c.to(acc);
     // An inference tensor weight (a model built under inference mode) gets none, as in the
     // reference, whose Linear reaches it through a view autograd cannot track (W^T).
     if (ctx->needs_input_grad(1) && !weight.is_inference()) {
-      const at::Tensor per_window = at::zeros_like(wp).index_add_(0, r, c.unsqueeze(1) * x);
+      const at::Tensor per_window = at::zeros_like(wp, wp.options().dtype(acc))
+                                        .index_add_(0, r, c_acc.unsqueeze(1) * x.to(acc));
       grads[1] = spread_over_windows(per_window, k, weight);
     }
     if (ctx->needs_input_grad(2)) {
-      grads[2] =
-          spread_over_windows(at::zeros_like(bp).index_add_(0, r, c), k, bias);
+      grads[2] = spread_over_windows(
+          at::zeros_like(bp, bp.options().dtype(acc)).index_add_(0, r, c_acc), k, bias);
     }
     return grads;
   }
 
  private:
+  // Each row's argmax window r and the pooled Linear output p it was taken over (see the top).
+  static std::pair<at::Tensor, at::Tensor> argmax_windows(const at::Tensor& x,
+                                                          const at::Tensor& weight,
+                                                          const at::Tensor& bias,
+                                                          const at::Tensor& wp,
+                                                          const at::Tensor& bp, int64_t k,
+                                                          double scale) {
+    at::Tensor p;
+    if (c10::isReducedFloatingType(x.scalar_type())) {
+      const at::Tensor y = autograd::reference_linear(x, weight, bias);
+      p = at::avg_pool1d(y.unsqueeze(1), {k}).squeeze(1);
+    } else {
+      p = autograd::backward_linear(x, wp, bp);
+    }
+    return {std::get<1>(at::max(at::gelu(p) * scale, /*dim=*/1)), p};
+  }
+
   static variable_list by_recompute(AutogradContext* ctx, const variable_list& saved,
                                     const variable_list& grad_outputs) {
     const int64_t pool_kernel_size = ctx->saved_data["pool_kernel_size"].toInt();

@@ -56,8 +56,8 @@ class MatmulGroupnormLeakyreluSumFunction
                                                      numerics);
     }
     autograd::remember_rounding(ctx, "matmul_groupnorm_leakyrelu_sum", numerics, x);
-    ctx->save_for_backward(
-        {x, weight, bias, gn_weight, gn_bias, autograd::keep_linear_output(ctx, keep, x)});
+    const at::Tensor y = autograd::keep_linear_output(ctx, keep, x, bias);
+    ctx->save_for_backward({x, weight, bias, gn_weight, gn_bias, y});
     return out;
   }
 
