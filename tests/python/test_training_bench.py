@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,3 +60,33 @@ def test_each_timed_step_starts_from_the_snapshot():
     assert torch.equal(first, second)
     assert all(torch.equal(a, b)
                for a, b in zip((*new.parameters(), *new.buffers()), after_first))
+
+
+def load_phases():
+    spec = importlib.util.spec_from_file_location("bench_training_phases",
+                                                  REPO_ROOT / "bench" / "training_phases.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_phases_refuses_a_bad_mode_or_model(capsys):
+    """bench/training_phases.py names the bad value and the allowed ones (exit 2), before it
+    asks for a GPU."""
+    phases = load_phases()
+    for argv, expected in ((["--modes", "float32,fp8"], "--modes: each must be one of"),
+                           (["--models", "18,7"], "--models: each must be one of")):
+        try:
+            phases.main(argv)
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{argv}: no error")
+        err = capsys.readouterr().err
+        assert expected in err and ("'fp8'" in err or "'7'" in err), err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is the CPU's")
+def test_training_phases_needs_a_gpu(capsys):
+    assert load_phases().main(["--models", "18"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
