@@ -382,6 +382,58 @@ def test_model98_backward_is_its_own_algebra():
     assert_same_grads(grads_new, grads_ref, torch.float32)
 
 
+def exact_half_reference(ref, linear, dtype):
+    """The reference in float64 on the values a half chain multiplies: its Linear's (attribute
+    `linear`) weight and bias rounded to dtype (the caller rounds the input)."""
+    exact = copy.deepcopy(ref)
+    layer = getattr(exact, linear)
+    with torch.no_grad():
+        layer.weight.copy_(layer.weight.to(dtype))
+        layer.bias.copy_(layer.bias.to(dtype))
+    return exact.double()
+
+
+def half_backward_runs(ref, new, x, dtype, form):
+    """For the reference and ModelNew in turn (the same dL/dout): the gradients of x and every
+    parameter, dL/dout, the autograd nodes the backward evaluated and its GEMM calls; `form`
+    "autocast" runs the forward inside torch.autocast(dtype)."""
+    runs = {}
+    for name, model in (("ref", ref), ("new", new)):
+        model.zero_grad(set_to_none=True)
+        xr = x.clone().requires_grad_()
+        with torch.autocast(x.device.type, dtype=dtype, enabled=form == "autocast"):
+            out = model(xr)
+        grad_out = runs["ref"]["grad_out"] if name == "new" else torch.randn_like(out)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out.backward(grad_out)
+        runs[name] = {
+            "grads": {"x": xr.grad, **{n: p.grad for n, p in model.named_parameters()}},
+            "grad_out": grad_out,
+            "nodes": {e.name.rsplit(": ", 1)[-1] for e in prof.events()
+                      if e.name.startswith("autograd::engine::evaluate_function")},
+            "gemms": [e.name for e in prof.events() if e.name in ("aten::mm", "aten::addmm")]}
+    return runs
+
+
+def assert_half_grads_match(runs, exact, x, dtype):
+    """Every gradient of ModelNew within dtype's tolerance (atol scaled to the gradient's
+    magnitude) of the reference's, or at least as close to the float64 reference `exact` on the
+    rounded input."""
+    exact.zero_grad(set_to_none=True)
+    x64 = x.to(dtype).double().requires_grad_()
+    exact(x64).backward(runs["ref"]["grad_out"].double())
+    grads64 = {"x": x64.grad, **{n: p.grad for n, p in exact.named_parameters()}}
+    grads_ref, grads_new = runs["ref"]["grads"], runs["new"]["grads"]
+    assert grads_new.keys() == grads_ref.keys()
+    tol = tolerance_for(dtype)
+    for name, g in grads_new.items():
+        e = grads_ref[name]
+        assert g.dtype == e.dtype and g.shape == e.shape, name
+        scale = max(float(e.abs().max()), 1.0)
+        assert_within_tolerance(g, e, Tolerance(atol=tol.atol * scale, rtol=tol.rtol),
+                                grads64[name])
+
+
 HALF_98_ARGS = {"default": (256, 384, 16, 2.0), "odd": (77, 61, 6, -1.5)}
 
 
@@ -403,46 +455,18 @@ def test_model98_half_backward_recomputes_only_the_argmax(dtype, sizes, form, nu
     model_dtype = dtype if form == "half" else torch.float32
     ref, new = make_pair("98", init_args, device=device, dtype=model_dtype)
     new.numerics = numerics
-    exact = copy.deepcopy(ref)
-    with torch.no_grad():  # what the half chain multiplies: W and b rounded to the dtype
-        exact.matmul.weight.copy_(exact.matmul.weight.to(dtype))
-        exact.matmul.bias.copy_(exact.matmul.bias.to(dtype))
-    exact = exact.double()
+    exact = exact_half_reference(ref, "matmul", dtype)
     chain = {"AddmmBackward0", "AvgPool2DBackward0", "GeluBackward0", "MaxBackward0",
              "MulBackward0", "SqueezeBackward1", "UnsqueezeBackward0"}
     for dist in ("rand", "randn"):
         x = make_input((96, init_args[0]), dist, dtype=model_dtype, device=device)
-        runs = {}
-        for name, model in (("ref", ref), ("new", new)):
-            model.zero_grad(set_to_none=True)
-            xr = x.clone().requires_grad_()
-            with torch.autocast(device, dtype=dtype, enabled=form == "autocast"):
-                out = model(xr)
-            grad_out = runs["ref"][1] if name == "new" else torch.randn_like(out)
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                out.backward(grad_out)
-            nodes = {e.name.rsplit(": ", 1)[-1] for e in prof.events()
-                     if e.name.startswith("autograd::engine::evaluate_function")}
-            grads = {"x": xr.grad, **{n: p.grad for n, p in model.named_parameters()}}
-            runs[name] = (grads, grad_out, nodes)
-        assert runs["ref"][2] & chain  # the profile sees the reference's nodes
+        runs = half_backward_runs(ref, new, x, dtype, form)
+        assert runs["ref"]["nodes"] & chain  # the profile sees the reference's nodes
         if numerics == "accurate":
-            assert not runs["new"][2] & chain, sorted(runs["new"][2])
+            assert not runs["new"]["nodes"] & chain, sorted(runs["new"]["nodes"])
         else:
-            assert runs["new"][2] & chain, sorted(runs["new"][2])
-        exact.zero_grad(set_to_none=True)
-        x64 = x.to(dtype).double().requires_grad_()
-        exact(x64).backward(runs["ref"][1].double())
-        grads64 = {"x": x64.grad, **{n: p.grad for n, p in exact.named_parameters()}}
-        grads_ref, grads_new = runs["ref"][0], runs["new"][0]
-        assert grads_new.keys() == grads_ref.keys()
-        for name, g in grads_new.items():
-            e = grads_ref[name]
-            assert g.dtype == e.dtype and g.shape == e.shape, name
-            tol = tolerance_for(dtype)
-            scale = max(float(e.abs().max()), 1.0)
-            assert_within_tolerance(g, e, Tolerance(atol=tol.atol * scale, rtol=tol.rtol),
-                                    grads64[name])
+            assert runs["new"]["nodes"] & chain, sorted(runs["new"]["nodes"])
+        assert_half_grads_match(runs, exact, x, dtype)
 
 
 @pytest.mark.parametrize("numerics", ["accurate", "eager"])
@@ -565,53 +589,24 @@ def test_half_backward_runs_without_a_graph_cuda(key, mode, dtype, form, numeric
     new.numerics = numerics
     ref.train(mode == "train")
     new.train(mode == "train")
-    exact = copy.deepcopy(ref)
-    linear = exact.gemm if key == "39" else exact.fc
-    with torch.no_grad():  # what autocast multiplies: W and b rounded to the dtype
-        linear.weight.copy_(linear.weight.to(dtype))
-        linear.bias.copy_(linear.bias.to(dtype))
-    exact = exact.double()
+    exact = exact_half_reference(ref, "gemm" if key == "39" else "fc", dtype)
+    exact.train(mode == "train")
     recomputed = {"AddmmBackward0", "MmBackward0", "NativeGroupNormBackward0",
                   "LeakyReluBackward0", "AddBackward0", "MulBackward0",
                   "NativeBatchNormBackward0", "CudnnBatchNormBackward0"}
     for dist in ("rand", "randn"):
         x = make_input((1024, in_features), dist, dtype=model_dtype, device="cuda")
-        runs = {}
-        for name, model in (("ref", ref), ("new", new)):
-            model.zero_grad(set_to_none=True)
-            xr = x.clone().requires_grad_()
-            with torch.autocast("cuda", dtype=dtype, enabled=form == "autocast"):
-                out = model(xr)
-            grad_out = runs["ref"][1] if name == "new" else torch.randn_like(out)
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                out.backward(grad_out)
-            nodes = {e.name.rsplit(": ", 1)[-1] for e in prof.events()
-                     if e.name.startswith("autograd::engine::evaluate_function")}
-            gemms = [e.name for e in prof.events() if e.name in ("aten::mm", "aten::addmm")]
-            grads = {"x": xr.grad, **{n: p.grad for n, p in model.named_parameters()}}
-            runs[name] = (grads, grad_out, nodes, gemms)
-        assert runs["ref"][2] & recomputed  # the profile sees the reference's nodes
+        runs = half_backward_runs(ref, new, x, dtype, form)
+        assert runs["ref"]["nodes"] & recomputed  # the profile sees the reference's nodes
         if numerics == "accurate":
-            assert not runs["new"][2] & recomputed, sorted(runs["new"][2])
+            assert not runs["new"]["nodes"] & recomputed, sorted(runs["new"]["nodes"])
         else:  # "eager": the reference's roundings, its chain recomputed (common/numerics.h)
-            assert runs["new"][2] & recomputed, sorted(runs["new"][2])
+            assert runs["new"]["nodes"] & recomputed, sorted(runs["new"]["nodes"])
         if numerics == "accurate" and key == "39":
             # Model 39's routes write y whole: its backward takes it (rounded to the dtype)
             # and runs x's and W's GEMMs only, not a third for y.
-            assert len(runs["new"][3]) == 2, runs["new"][3]
-        exact.zero_grad(set_to_none=True)
-        x64 = x.to(dtype).double().requires_grad_()
-        exact.train(mode == "train")
-        exact(x64).backward(runs["ref"][1].double())
-        grads64 = {"x": x64.grad, **{n: p.grad for n, p in exact.named_parameters()}}
-        grads_ref, grads_new = runs["ref"][0], runs["new"][0]
-        assert grads_new.keys() == grads_ref.keys()
-        for name, g in grads_new.items():
-            e = grads_ref[name]
-            tol = tolerance_for(dtype)
-            scale = max(float(e.abs().max()), 1.0)
-            assert_within_tolerance(g, e, Tolerance(atol=tol.atol * scale, rtol=tol.rtol),
-                                    grads64[name])
+            assert len(runs["new"]["gemms"]) == 2, runs["new"]["gemms"]
+        assert_half_grads_match(runs, exact, x, dtype)
 
 
 @pytest.mark.cuda

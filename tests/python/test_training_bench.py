@@ -13,15 +13,16 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_training():
-    spec = importlib.util.spec_from_file_location("bench_training",
-                                                  REPO_ROOT / "bench" / "training.py")
+def load_bench(name):
+    """bench/<name>.py as a module (bench/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                  REPO_ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-training = load_training()
+training = load_bench("training")
 
 
 def test_cpu_run_writes_a_row_per_model_and_mode(tmp_path, capsys):
@@ -62,18 +63,10 @@ def test_each_timed_step_starts_from_the_snapshot():
                for a, b in zip((*new.parameters(), *new.buffers()), after_first))
 
 
-def load_phases():
-    spec = importlib.util.spec_from_file_location("bench_training_phases",
-                                                  REPO_ROOT / "bench" / "training_phases.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_training_phases_refuses_a_bad_mode_or_model(capsys):
     """bench/training_phases.py names the bad value and the allowed ones (exit 2), before it
     asks for a GPU."""
-    phases = load_phases()
+    phases = load_bench("training_phases")
     for argv, expected in ((["--modes", "float32,fp8"], "--modes: each must be one of"),
                            (["--models", "18,7"], "--models: each must be one of")):
         try:
@@ -88,5 +81,5 @@ def test_training_phases_refuses_a_bad_mode_or_model(capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is the CPU's")
 def test_training_phases_needs_a_gpu(capsys):
-    assert load_phases().main(["--models", "18"]) == 2
+    assert load_bench("training_phases").main(["--models", "18"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
