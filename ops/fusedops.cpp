@@ -93,6 +93,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> groupnorm_leakyrelu_sum_backward(
   return op.call(grad_out, y, gn_weight, gn_bias, num_groups, eps, negative_slope);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> avgpool_gelu_scale_max_backward(
+    const at::Tensor& grad_out, const at::Tensor& pooled, const at::Tensor& x,
+    const at::Tensor& pooled_weight, int64_t pool_kernel_size, double scale_factor,
+    int64_t out_features, std::array<bool, 3> output_mask) {
+  static auto op = find_op<decltype(avgpool_gelu_scale_max_backward)>(
+      "fusedops::avgpool_gelu_scale_max_backward");
+  return op.call(grad_out, pooled, x, pooled_weight, pool_kernel_size, scale_factor,
+                 out_features, output_mask);
+}
+
 std::vector<std::string> explain(const std::function<void()>& run) {
   plan::record_routes(true);
   try {
@@ -131,6 +141,9 @@ TORCH_LIBRARY(fusedops, m) {
   m.def("groupnorm_leakyrelu_sum_backward(Tensor grad_out, Tensor y, Tensor gn_weight, "
         "Tensor gn_bias, int num_groups, float eps, float negative_slope) "
         "-> (Tensor, Tensor, Tensor)");
+  m.def("avgpool_gelu_scale_max_backward(Tensor grad_out, Tensor pooled, Tensor x, "
+        "Tensor pooled_weight, int pool_kernel_size, float scale_factor, int out_features, "
+        "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
   // The weight-fold cache (ops/common/fold_cache.h), from Python, TorchScript and C++:
   // clear_fold_cache frees every fold now, or the folds of the weights given; fold_cache_stats
   // reports weights (holding folds), entries, bytes and misses (folds computed since the process

@@ -8,8 +8,9 @@
 // c_i = g_i scale gelu'(p_ir): dL/dx_i = c_i Wp[r], a row of Wp, no GEMM; dL/dWp[r] = sum of
 // c_i x_i over the rows whose argmax is r (summed in the accumulation dtype), and each of W's
 // k rows of window r takes 1/k of it (the rows past the last window, which the pooling drops,
-// zero); the bias likewise.
-// Where r and p come from:
+// zero); the bias likewise. All of that after p is one helper operator,
+// avgpool_gelu_scale_max_backward (on CUDA two kernels; on the CPU ATen's ops).
+// Where p comes from:
 //  - float32/float64: p = x Wp^T + bp, a GEMM k times smaller than the reference's,
 //    recomputed (on CUDA on the planner's GEMM: autograd/backward_gemms.h).
 //  - float16/bfloat16 (a half model, or the autocast form): the reference's own forward
@@ -23,15 +24,13 @@
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
 #include <ATen/ATen.h>
-#include <ATen/OpMathType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <array>
 #include <optional>
 #include <tuple>
-#include <utility>
-#include <vector>
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
@@ -44,21 +43,6 @@ namespace {
 using autograd::BackwardByRecompute;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// A gradient of like's shape (W's or b's) from each k-window's sum (pooled[, in]): the window's
-// k rows take 1/k of it each, the rows past the last window (which the pooling drops) none.
-// Symbolic sizes throughout: under torch.compile a plain size() would specialize them.
-at::Tensor spread_over_windows(const at::Tensor& per_window, int64_t k, const at::Tensor& like) {
-  std::vector<c10::SymInt> shape = per_window.sym_sizes().vec();  // (pooled[, in])
-  shape.insert(shape.begin() + 1, k);                              // (pooled, k[, in])
-  const c10::SymInt covered = shape[0] * k;
-  at::Tensor full = at::empty_symint(like.sym_sizes(), like.options());  // each element once
-  full.narrow_symint(0, 0, covered)
-      .view_symint(shape)
-      .copy_((per_window / static_cast<double>(k)).unsqueeze(1).expand_symint(shape));
-  full.narrow_symint(0, covered, like.sym_size(0) - covered).zero_();
-  return full;
-}
 
 class MatmulAvgpoolGeluScaleMaxFunction
     : public torch::autograd::Function<MatmulAvgpoolGeluScaleMaxFunction> {
@@ -86,50 +70,34 @@ class MatmulAvgpoolGeluScaleMaxFunction
     const double scale = ctx->saved_data["scale_factor"].toDouble();
     // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::ScalarType acc = at::toOpMathType(x.scalar_type());
     at::Tensor wp, bp;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       std::tie(wp, bp) = fusedops::avgpool_fold_linear(weight, bias, k);
     }
-    const auto [r, p] = argmax_windows(x, weight, bias, wp, bp, k, scale);
-    const at::Tensor p_r = p.gather(1, r.unsqueeze(1)).squeeze(1);
-    const at::Tensor c = at::gelu_backward(grad_outputs[0] * scale, p_r);
-    variable_list grads(7);  // and none for the four non-tensor arguments
-    if (ctx->needs_input_grad(0)) {
-      grads[0] = c.unsqueeze(1) * wp.index_select(0, r);
-    }
-    const at::Tensor c_acc = c.to(acc);
     // An inference tensor weight (a model built under inference mode) gets none, as in the
     // reference, whose Linear reaches it through a view autograd cannot track (W^T).
-    if (ctx->needs_input_grad(1) && !weight.is_inference()) {
-      const at::Tensor per_window = at::zeros_like(wp, wp.options().dtype(acc))
-                                        .index_add_(0, r, c_acc.unsqueeze(1) * x.to(acc));
-      grads[1] = spread_over_windows(per_window, k, weight);
-    }
-    if (ctx->needs_input_grad(2)) {
-      grads[2] = spread_over_windows(
-          at::zeros_like(bp, bp.options().dtype(acc)).index_add_(0, r, c_acc), k, bias);
-    }
+    const std::array<bool, 3> needed = {ctx->needs_input_grad(0),
+                                        ctx->needs_input_grad(1) && !weight.is_inference(),
+                                        ctx->needs_input_grad(2)};
+    auto [dx, dw, db] = fusedops::avgpool_gelu_scale_max_backward(
+        grad_outputs[0], pooled_linear(x, weight, bias, wp, bp, k), x, wp, k, scale,
+        weight.sym_size(0).guard_int(__FILE__, __LINE__), needed);
+    variable_list grads(7);  // and none for the four non-tensor arguments
+    if (needed[0]) grads[0] = dx;
+    if (needed[1]) grads[1] = dw;
+    if (needed[2]) grads[2] = db.to(bias.scalar_type());
     return grads;
   }
 
  private:
-  // Each row's argmax window r and the pooled Linear output p it was taken over (see the top).
-  static std::pair<at::Tensor, at::Tensor> argmax_windows(const at::Tensor& x,
-                                                          const at::Tensor& weight,
-                                                          const at::Tensor& bias,
-                                                          const at::Tensor& wp,
-                                                          const at::Tensor& bp, int64_t k,
-                                                          double scale) {
-    at::Tensor p;
-    if (c10::isReducedFloatingType(x.scalar_type())) {
-      const at::Tensor y = autograd::reference_linear(x, weight, bias);
-      p = at::avg_pool1d(y.unsqueeze(1), {k}).squeeze(1);
-    } else {
-      p = autograd::backward_linear(x, wp, bp);
-    }
-    return {std::get<1>(at::max(at::gelu(p) * scale, /*dim=*/1)), p};
+  // The pooled Linear output the argmax is taken over (see the top).
+  static at::Tensor pooled_linear(const at::Tensor& x, const at::Tensor& weight,
+                                  const at::Tensor& bias, const at::Tensor& wp,
+                                  const at::Tensor& bp, int64_t k) {
+    if (!c10::isReducedFloatingType(x.scalar_type())) return autograd::backward_linear(x, wp, bp);
+    const at::Tensor y = autograd::reference_linear(x, weight, bias);
+    return at::avg_pool1d(y.unsqueeze(1), {k}).squeeze(1);
   }
 
   static variable_list by_recompute(AutogradContext* ctx, const variable_list& saved,

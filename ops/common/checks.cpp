@@ -246,4 +246,37 @@ void groupnorm_leakyrelu_sum_backward(const at::Tensor& grad_out, const at::Tens
   }
 }
 
+void avgpool_gelu_scale_max_backward(const at::Tensor& grad_out, const at::Tensor& pooled,
+                                     const at::Tensor& x, const at::Tensor& pooled_weight,
+                                     int64_t pool_kernel_size, int64_t out_features) {
+  constexpr const char* op = "avgpool_gelu_scale_max_backward";
+  floating(op, "x", x);
+  dim(op, "x", x, 2, "(batch, in_features)");
+  TORCH_CHECK(pool_kernel_size > 0, op, ": pool_kernel_size must be greater than zero, got ",
+              pool_kernel_size);
+  TORCH_CHECK(out_features >= pool_kernel_size, op,
+              ": out_features must be at least pool_kernel_size (", pool_kernel_size,
+              ": one pooling window), got ", out_features);
+  const int64_t windows = out_features / pool_kernel_size;
+  floating(op, "pooled_weight", pooled_weight);
+  dim(op, "pooled_weight", pooled_weight, 2, "(out_features / pool_kernel_size, in_features)");
+  TORCH_CHECK(pooled_weight.sym_size(0) == windows && pooled_weight.sym_size(1) == x.sym_size(1),
+              op, ": pooled_weight must have shape [", windows, ", ", x.sym_size(1),
+              "] (out_features / pool_kernel_size, in_features), got ",
+              pooled_weight.sym_sizes());
+  floating(op, "pooled", pooled);
+  dim(op, "pooled", pooled, 2, "(batch, out_features / pool_kernel_size)");
+  TORCH_CHECK(pooled.sym_size(0) == x.sym_size(0) && pooled.sym_size(1) == windows, op,
+              ": pooled must have shape [", x.sym_size(0), ", ", windows,
+              "] (batch, out_features / pool_kernel_size), got ", pooled.sym_sizes());
+  floating(op, "grad_out", grad_out);
+  vector_of(op, "grad_out", grad_out, x.sym_size(0), "batch");
+  const std::pair<const char*, const at::Tensor&> tensors[] = {
+      {"grad_out", grad_out}, {"pooled", pooled}, {"pooled_weight", pooled_weight}};
+  for (const auto& [name, t] : tensors) {
+    same_dtype(op, name, t, x);
+    same_device(op, name, t, x);
+  }
+}
+
 }  // namespace fusedops::checks

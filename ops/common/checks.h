@@ -62,5 +62,8 @@ void gemm_nt(const at::Tensor& a, const at::Tensor& b);
 void groupnorm_leakyrelu_sum_backward(const at::Tensor& grad_out, const at::Tensor& y,
                                        const at::Tensor& gn_weight, const at::Tensor& gn_bias,
                                        int64_t num_groups);
+void avgpool_gelu_scale_max_backward(const at::Tensor& grad_out, const at::Tensor& pooled,
+                                     const at::Tensor& x, const at::Tensor& pooled_weight,
+                                     int64_t pool_kernel_size, int64_t out_features);
 
 }  // namespace fusedops::checks

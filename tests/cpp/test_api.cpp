@@ -24,6 +24,7 @@ constexpr const char* kOperators[] = {
     "fusedops::sum_fold_linear",
     "fusedops::gemm_nt",
     "fusedops::groupnorm_leakyrelu_sum_backward",
+    "fusedops::avgpool_gelu_scale_max_backward",
 };
 
 TEST(Registration, EveryOperatorHasSchemaCpuAndMetaKernels) {

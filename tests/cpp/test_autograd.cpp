@@ -50,7 +50,8 @@ TEST(Autograd, EveryDifferentiableOperatorHasAnAutogradKernel) {
         "fusedops::matmul_sum_max_avgpool_logsumexp_logsumexp", "fusedops::gemm_scale_batchnorm",
         "fusedops::matmul_groupnorm_leakyrelu_sum", "fusedops::avgpool_fold_linear",
         "fusedops::sum_fold_linear", "fusedops::gemm_nt",
-        "fusedops::groupnorm_leakyrelu_sum_backward"}) {
+        "fusedops::groupnorm_leakyrelu_sum_backward",
+        "fusedops::avgpool_gelu_scale_max_backward"}) {
     auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
     ASSERT_TRUE(handle.has_value()) << name;
     EXPECT_TRUE(handle->hasKernelForDispatchKey(c10::DispatchKey::Autograd)) << name;

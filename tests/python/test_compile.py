@@ -155,12 +155,14 @@ def test_aot_eager_training(key, mode, device):
                    tol=dict(rtol=1e-10, atol=1e-12))
     assert len(computing(backend.graphs)) == 1, "the second batch size recompiled"
     # forward: the fused operator; backward: ATen ops (model 98's also its pooled-weight fold,
-    # whose pooled GEMM gives the argmax; model 62's its GroupNorm-to-output backward helper),
-    # on CUDA the GEMMs on gemm_nt, never a fused forward
+    # whose pooled GEMM gives the argmax, and its backward helper after that GEMM; model 62's
+    # its GroupNorm-to-output backward helper), on CUDA the GEMMs on gemm_nt, never a fused
+    # forward
     (forward,) = computing(backend.fw_graphs)
     (backward,) = computing(backend.bw_graphs)
     assert fused_ops_in(forward), "the fused operator is not in the forward graph"
-    expected = {"98": {"fusedops::avgpool_fold_linear"},
+    expected = {"98": {"fusedops::avgpool_fold_linear",
+                       "fusedops::avgpool_gelu_scale_max_backward"},
                 "62": {"fusedops::groupnorm_leakyrelu_sum_backward"}}.get(key, set())
     if device == "cuda" and key != "18":  # 18's backward has no GEMM
         expected.add("fusedops::gemm_nt")

@@ -47,6 +47,11 @@ def base_args(name, device, dtype=torch.float32):
         return dict(grad_out=torch.randn_like(y), y=y, gn_weight=torch.ones(N_OUT, **kw),
                     gn_bias=torch.zeros(N_OUT, **kw), num_groups=4, eps=1e-5,
                     negative_slope=0.01)
+    if name == "avgpool_gelu_scale_max_backward":  # 6 windows of 3, two rows dropped
+        wp = torch.randn(N_OUT // 3, N_IN, **kw)
+        return dict(grad_out=torch.randn(B, **kw), pooled=x @ wp.t(), x=x, pooled_weight=wp,
+                    pool_kernel_size=3, scale_factor=2.0, out_features=N_OUT,
+                    output_mask=[True, True, True])
     raise KeyError(name)
 
 
@@ -210,6 +215,32 @@ OP_CASES = {
         ("gn-bias-float64", lambda a: a.update(gn_bias=a["gn_bias"].double()),
          lit("groupnorm_leakyrelu_sum_backward: gn_bias must have the same dtype as y "
              "(Float), got Double")),
+    ],
+    "avgpool_gelu_scale_max_backward": [
+        ("x-1d", lambda a: a.update(x=a["x"][0]),
+         lit("avgpool_gelu_scale_max_backward: x must be a 2-D tensor (batch, in_features), got "
+             "a 1-D tensor of shape [12]")),
+        ("k-zero", lambda a: a.update(pool_kernel_size=0),
+         lit("avgpool_gelu_scale_max_backward: pool_kernel_size must be greater than zero, "
+             "got 0")),
+        ("out-features-below-k", lambda a: a.update(out_features=2),
+         lit("avgpool_gelu_scale_max_backward: out_features must be at least pool_kernel_size "
+             "(3: one pooling window), got 2")),
+        ("pooled-weight-rows", lambda a: a.update(out_features=24),
+         lit("avgpool_gelu_scale_max_backward: pooled_weight must have shape [8, 12] "
+             "(out_features / pool_kernel_size, in_features), got [6, 12]")),
+        ("pooled-shape", lambda a: a.update(pooled=a["pooled"][:, :-1]),
+         lit("avgpool_gelu_scale_max_backward: pooled must have shape [6, 6] (batch, "
+             "out_features / pool_kernel_size), got [6, 5]")),
+        ("grad-out-shape", lambda a: a.update(grad_out=a["grad_out"][:-1]),
+         lit("avgpool_gelu_scale_max_backward: grad_out must have shape [6] (batch), got "
+             "shape [5]")),
+        ("pooled-float64", lambda a: a.update(pooled=a["pooled"].double()),
+         lit("avgpool_gelu_scale_max_backward: pooled must have the same dtype as x (Float), "
+             "got Double")),
+        ("grad-out-int", lambda a: a.update(grad_out=a["grad_out"].long()),
+         lit("avgpool_gelu_scale_max_backward: grad_out must be a floating-point tensor "
+             "(float32, float64, float16 or bfloat16), got Long")),
     ],
 }
 
@@ -444,6 +475,41 @@ def test_groupnorm_leakyrelu_sum_backward_on_meta_and_not_differentiable():
         ops.groupnorm_leakyrelu_sum_backward(**args)
     with torch.no_grad():
         assert ops.groupnorm_leakyrelu_sum_backward(**args)[0].shape == (B, N_OUT)
+
+
+def test_avgpool_gelu_scale_max_backward_on_meta_and_not_differentiable():
+    """Meta checks as the kernels do and gives each output asked for its shape (the others
+    empty); a call autograd would record is refused by name (a double backward of model 98
+    never calls it)."""
+    args = base_args("avgpool_gelu_scale_max_backward", "meta")
+    shapes = [t.shape for t in ops.avgpool_gelu_scale_max_backward(**args)]
+    assert shapes == [(B, N_IN), (N_OUT, N_IN), (N_OUT,)]
+    shapes = [t.shape for t in ops.avgpool_gelu_scale_max_backward(
+        **{**args, "output_mask": [False, True, False]})]
+    assert shapes == [(0,), (N_OUT, N_IN), (0,)]
+    with pytest.raises(RuntimeError, match=lit("pooled must have shape [6, 6]")):
+        ops.avgpool_gelu_scale_max_backward(**{**args, "pooled": args["pooled"][:, 1:]})
+    args = base_args("avgpool_gelu_scale_max_backward", "cpu")
+    args["x"].requires_grad_()
+    with pytest.raises(RuntimeError, match=lit(
+            "avgpool_gelu_scale_max_backward: is not differentiable; call it with grad mode "
+            "off")):
+        ops.avgpool_gelu_scale_max_backward(**args)
+    with torch.no_grad():
+        assert ops.avgpool_gelu_scale_max_backward(**args)[0].shape == (B, N_IN)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("moved", ["x", "grad_out", "pooled", "pooled_weight"])
+def test_avgpool_gelu_scale_max_backward_device_mismatch(moved):
+    args = base_args("avgpool_gelu_scale_max_backward", "cuda")
+    args[moved] = args[moved].cpu()
+    name, ref_device = ("grad_out", "cpu") if moved == "x" else (moved, "cuda:0")
+    got = "cuda:0" if ref_device == "cpu" else "cpu"
+    with pytest.raises(RuntimeError, match=lit(
+            f"avgpool_gelu_scale_max_backward: {name} must be on the same device as x "
+            f"({ref_device}), got {got}")):
+        ops.avgpool_gelu_scale_max_backward(**args)
 
 
 @pytest.mark.cuda

@@ -63,6 +63,12 @@ def opcheck_cases(dtype, device):
              torch.randn(20, dtype=dtype, device=device),
              torch.randn(20, dtype=dtype, device=device), 20, 1e-3, 0.2),
         ],
+        "avgpool_gelu_scale_max_backward": [
+            (torch.randn(6, dtype=dtype, device=device), x @ w[:18:3].t(), x, w[:18:3].clone(),
+             3, 2.0, 20, [True, True, True]),  # 20 = 6 windows of 3 and two rows dropped
+            (torch.randn(6, dtype=dtype, device=device), (x @ w[:5].t()).t().contiguous().t(),
+             x, w[:5].clone(), 4, -0.5, 20, [True, False, True]),  # strided pooled, no dW
+        ],
     }
     return [pytest.param(name, i, id=f"{name}-{i}")
             for name, args in cases.items() for i in range(len(args))], cases
@@ -232,6 +238,94 @@ def test_groupnorm_leakyrelu_sum_backward(batch, hidden, groups, dtype, dist, de
         tol = Tolerance(rtol=1e-4 if dtype == torch.float32 else 1e-9,
                         atol=(1e-5 if dtype == torch.float32 else 1e-10) * scale)
         assert_within_tolerance(o, e, tol, e64)
+
+
+# (batch, in_features, out_features, k): the default sizes, odd sizes with rows the pooling drops,
+# one window, no rows.
+GSM_BACKWARD_SIZES = [(1024, 8192, 8192, 16), (37, 45, 61, 6), (13, 21, 21, 4), (7, 5, 8, 8),
+                      (0, 12, 20, 3)]
+
+
+def gsm_reference_grads(x, weight, bias, k, scale, grad_out):
+    """Model 98's chain after x (the reference's ops) and its gradients by autograd."""
+    x, weight, bias = (t.detach().requires_grad_() for t in (x, weight, bias))
+    pooled = F.avg_pool1d(F.linear(x, weight, bias).unsqueeze(1), k).squeeze(1)
+    out = torch.max(F.gelu(pooled) * scale, dim=1).values
+    return pooled.detach(), torch.autograd.grad(out, (x, weight, bias), grad_out)
+
+
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("batch,n_in,n_out,k", GSM_BACKWARD_SIZES,
+                         ids=[f"{m}x{i}x{o}k{k}" for m, i, o, k in GSM_BACKWARD_SIZES])
+def test_avgpool_gelu_scale_max_backward(batch, n_in, n_out, k, dtype, dist, device):
+    """Model 98's backward after its pooled Linear against autograd through the reference's ops
+    (linear, avg_pool1d, gelu, * scale, max) from the same pooled values, in the dtype and in
+    float64: the argmax is the reference's (the same pooled tensor), x's gradient a row of the
+    pooled weight, W's and b's the window sums spread 1/k to each row, zero past the last
+    window; on CPU and CUDA within the gradient contract."""
+    if device == "cpu" and (batch * n_out > 10**6 or dtype in (torch.float16, torch.bfloat16)
+                            and batch * n_out > 10**4):
+        pytest.skip("the default size on the CPU adds nothing to the odd ones")
+    x = make_input((batch, n_in), dist, dtype=dtype, device=device)
+    weight = make_input((n_out, n_in), "randn", dtype=dtype, device=device) / n_in ** 0.5
+    bias = make_input((n_out,), dist, dtype=dtype, device=device)
+    grad_out = make_input((batch,), "randn", dtype=dtype, device=device)
+    scale = -1.5 if dist == "rand" else 2.0
+    pooled, same = gsm_reference_grads(x, weight, bias, k, scale, grad_out)
+    # float64 from the same rounded inputs: where the dtype's pooled values tie, the reference
+    # in the dtype decides (the helper is given them).
+    _, wide = gsm_reference_grads(x.double(), weight.double(), bias.double(), k, scale,
+                                  grad_out.double())
+    pooled_weight, _ = ops.avgpool_fold_linear(weight, bias, k)
+    ours = ops.avgpool_gelu_scale_max_backward(grad_out, pooled, x, pooled_weight, k, scale,
+                                               n_out, [True, True, True])
+    tol = tolerance_for(dtype)
+    for name, o, e, e64 in zip(("x", "weight", "bias"), ours, same, wide):
+        assert o.shape == e.shape and o.dtype == dtype and o.device == x.device, name
+        # The weight's and bias's gradients sum over the rows: atol scales with the largest.
+        mag = max(1.0, e.abs().max().item()) if e.numel() else 1.0
+        assert_within_tolerance(o, e, Tolerance(rtol=tol.rtol, atol=tol.atol * mag), e64)
+    if batch:
+        assert not ours[1][n_out // k * k:].any() and not ours[2][n_out // k * k:].any()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+def test_avgpool_gelu_scale_max_backward_cuda_ties_nans_and_masks(dtype):
+    """The CUDA kernels against the CPU's ATen ops on what the argmax rule decides: exact ties
+    (the first window wins), a NaN among a row's values (the first NaN wins), a row of one
+    value, every row in one window (its sum over all rows, in row order), more rows than a
+    block's tile; and each output_mask: the outputs asked for, the same values; the others
+    empty."""
+    batch, n_in, k, windows = 600, 70, 3, 9
+    n_out = windows * k + 2
+    x = make_input((batch, n_in), "randn", dtype=dtype, device="cuda")
+    pooled_weight = make_input((windows, n_in), "randn", dtype=dtype, device="cuda")
+    grad_out = make_input((batch,), "randn", dtype=dtype, device="cuda")
+    pooled = make_input((batch, windows), "randn", dtype=dtype, device="cuda")
+    pooled[:100, 5] = pooled[:100, 2]          # ties: window 2 wins
+    pooled[100:200, 7] = float("nan")          # a NaN wins
+    pooled[150:200, 3] = float("nan")          # the first NaN wins
+    pooled[200:300] = 0.25                     # one value: window 0
+    pooled[300:, 4] = 50.0                     # the rest in window 4, across tiles
+    for mask in ([True, True, True], [True, False, False], [False, True, True]):
+        cuda = ops.avgpool_gelu_scale_max_backward(grad_out, pooled, x, pooled_weight, k, 2.0,
+                                                   n_out, mask)
+        cpu = ops.avgpool_gelu_scale_max_backward(grad_out.cpu(), pooled.cpu(), x.cpu(),
+                                                  pooled_weight.cpu(), k, 2.0, n_out, mask)
+        tol = {torch.float32: Tolerance(rtol=1e-5, atol=1e-5),
+               torch.float64: Tolerance(rtol=1e-12, atol=1e-12)}.get(dtype, tolerance_for(dtype))
+        for name, wanted, o, e in zip(("x", "weight", "bias"), mask, cuda, cpu):
+            if not wanted:
+                assert o.numel() == 0 and e.numel() == 0, name
+                continue
+            assert o.shape == e.shape and o.dtype == dtype, name
+            mag = max(1.0, e.nan_to_num().abs().max().item())
+            torch.testing.assert_close(o.cpu(), e, rtol=tol.rtol, atol=tol.atol * mag,
+                                       equal_nan=True, msg=lambda m: f"{name} {mask}: {m}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])

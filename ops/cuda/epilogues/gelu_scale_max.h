@@ -29,4 +29,12 @@ void gelu_scale_max_pass(const at::Tensor& p, const GeluScaleMaxArgs& args, at::
 void gelu_scale_max_partials(const gemm::Partials3xFp16& p, const at::Tensor& folded,
                              const GeluScaleMaxArgs& args, at::Tensor& out);
 
+// The backward after the pooled Linear (include/fusedops/fusedops.h,
+// avgpool_gelu_scale_max_backward; gelu_scale_max_backward.cu): grad_out (batch,), pooled
+// (batch, out / k), x (batch, in) and the pooled weight contiguous, of x's dtype; dx (batch, in),
+// dw (out_features, in) and db (out_features,) written where defined.
+void gelu_scale_max_backward(const at::Tensor& grad_out, const at::Tensor& pooled,
+                             const at::Tensor& x, const at::Tensor& pooled_weight, int64_t k,
+                             double scale, at::Tensor& dx, at::Tensor& dw, at::Tensor& db);
+
 }  // namespace fusedops::cuda

@@ -10,6 +10,7 @@
 
 #include <c10/util/string_view.h>
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -94,6 +95,21 @@ at::Tensor gemm_nt(const at::Tensor& a, const at::Tensor& b);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> groupnorm_leakyrelu_sum_backward(
     const at::Tensor& grad_out, const at::Tensor& y, const at::Tensor& gn_weight,
     const at::Tensor& gn_bias, int64_t num_groups, double eps, double negative_slope);
+
+// Helper: model 98's backward after its pooled Linear. From pooled = p (batch, out / k), the
+// pooled Linear's output, grad_out = dL/dout (batch,), x (batch, in) and the pooled weight
+// (out / k, in): each row's maximum of scale * gelu(p) (torch.max's argmax: the first index on
+// a tie, a NaN's where there is one) sends c = dL/dout scale gelu'(p) back to its window r;
+// returns (dL/dx = c Wp[r], dL/dW (out_features, in): each window's sum of c x over the rows
+// whose argmax it is, 1/k of it to each of its k rows, zero for the rows past the last window,
+// dL/db (out_features,) likewise), all in x's dtype (the sums in the accumulation dtype). An
+// output whose output_mask entry is false is an empty tensor (no work). On CUDA two kernels;
+// on the CPU, ATen's ops. Not differentiable (a double backward of model 98 recomputes its
+// chain).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> avgpool_gelu_scale_max_backward(
+    const at::Tensor& grad_out, const at::Tensor& pooled, const at::Tensor& x,
+    const at::Tensor& pooled_weight, int64_t pool_kernel_size, double scale_factor,
+    int64_t out_features, std::array<bool, 3> output_mask);
 
 // The weight-fold cache (the rules are in ops/common/fold_cache.h). Folds are cached on their
 // weight tensors and freed when those die. clear_fold_cache() frees every fold now: call it
