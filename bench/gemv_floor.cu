@@ -99,7 +99,7 @@ void skinny(const __half* x, const __half* w, float* y, int m, int n, int k) {
   if (smem > 48 * 1024) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
-  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(x, w, m, n, k,
+  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(x, w, m, n, k, k,
                                                                             StoreFloatY{y}, {});
   CHECK(cudaGetLastError());
 }
@@ -119,7 +119,7 @@ void skinny_pair(const __half* x, const __half* w, const float* alpha, const flo
   pair.alpha = alpha;
   pair.beta = beta;
   kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(
-      x, w, m, n, k, StoreFloatY{y}, pair);
+      x, w, m, n, k, k, StoreFloatY{y}, pair);
   CHECK(cudaGetLastError());
 }
 

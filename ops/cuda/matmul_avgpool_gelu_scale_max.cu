@@ -1,8 +1,9 @@
 // Model 98 on CUDA, a composition: AvgPool1d(k) of a Linear is the Linear with k-row means
 // (the fold, cached with W: cuda/folds.h), so the GEMM shrinks from N = out to N = out / k;
 // then the planned GEMM and the row epilogue (bias, exact GELU, scale, NaN-propagating max:
-// cuda/epilogues/gelu_scale_max.h). On Hopper in float32 the fused route sums the 3xFP16
-// engine's K-slices inside that epilogue (y is never written).
+// cuda/epilogues/gelu_scale_max.h). On a fused route the epilogue sums the engine's K-slice
+// partials as it reads them (y is never written): the 3xFP16 engine's on Hopper in float32 at
+// large batches, the weight-streaming kernels' at few rows.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -14,6 +15,7 @@
 #include "cuda/epilogues/gelu_scale_max.h"
 #include "cuda/folds.h"
 #include "cuda/gemm/gemm_3xfp16.h"
+#include "cuda/gemm/skinny_half.h"
 #include "cuda/linear.h"
 
 namespace fusedops {
@@ -47,16 +49,24 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   needs.folded_weight = true;
   const cuda::PlannedLinear planned =
       cuda::plan_linear(needs, xc, pooled_weight, mode, cache_folds);
-  // A fused route of the 3xFP16 engine, in any of its forms: the epilogue sums its partials.
-  const auto products = plan::fp16_products(planned.plan.route);
-  if (products && plan::fused_route(planned.plan.route)) {
-    cuda::gemm::Partials3xFp16 partials;
-    if (cuda::gemm::linear_nt_3xfp16_partials(xc, pooled_weight, pooled_weight, cache_folds,
-                                              *products, planned.request.device.sm_count,
-                                              partials)) {
-      cuda::gelu_scale_max_partials(partials, pooled_weight, args, out);
-      return out;
-    }
+  // A fused route: the engine leaves K-slice partials, the epilogue sums them.
+  const plan::Route route = planned.plan.route;
+  const int sm_count = planned.request.device.sm_count;
+  cuda::gemm::Partials3xFp16 partials;
+  bool partials_made = false;
+  if (route == plan::Route::kSkinnyHalfFused || route == plan::Route::kSkinny3xFp16Fused) {
+    cuda::gemm::SkinnyOperands ops;
+    partials_made = cuda::gemm::skinny_operands(xc, pooled_weight, pooled_weight, cache_folds, ops);
+    if (partials_made) cuda::gemm::skinny_partials(ops, sm_count, partials);
+  } else if (const auto products = plan::fp16_products(route);
+             products && plan::fused_route(route)) {
+    partials_made = cuda::gemm::linear_nt_3xfp16_partials(xc, pooled_weight, pooled_weight,
+                                                          cache_folds, *products, sm_count,
+                                                          partials);
+  }
+  if (partials_made) {
+    cuda::gelu_scale_max_partials(partials, pooled_weight, args, out);
+    return out;
   }
   const at::Tensor p =
       cuda::run_linear(planned, xc, pooled_weight, at::Tensor(), pooled_weight, cache_folds).y;

@@ -107,6 +107,15 @@ bool fuses(Route route, const GemmRequest& r) {
                                          /*partials=*/false, r.device.sm_count).split();
 }
 
+// A row reduction on the weight-streaming kernels: they split K over blocks and chunk the
+// rows, leaving K-slice partials that the reduction sums as it reads them (the 3xFP16 engine's
+// way), so they take more rows than a fused tile holds: up to kMaxSkinnyPartialRows, where
+// the GEMM is still a read of W.
+bool skinny_reduces_rows(const GemmRequest& r) {
+  return r.epilogue == Epilogue::kRowReduction && hosts(Route::kSkinnyHalfFused, r.epilogue) &&
+         r.epilogue_fits;
+}
+
 // The 3xFP16 engine pays two passes over x, reads W's fp16 pair 1.5 times and launches five
 // kernels: it measured faster than SGEMM and 3xTF32 at large batches (docs/PERFORMANCE.md).
 // Few rows make the GEMM a read of W, which SGEMM does once: below 128 rows or 2^30 FLOP the
@@ -205,8 +214,11 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   // more than bytes). Above 16 rows its blocks hold 64 rows of W: N must give half the SMs one.
   // Where the user named the float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold
   // is made per call (training), SGEMM. (Measurements: docs/PERFORMANCE.md, issue 25.)
+  // A row reduction takes the kernel's K-slice partials (skinny_rows).
   const bool wide = !narrow_weight(r);
-  const int64_t pair_rows = wide ? kMaxSkinnyPairRows : kMaxSkinnyHalfRows;
+  const int64_t pair_rows = skinny_reduces_rows(r) ? kMaxSkinnyPartialRows
+                            : wide                 ? kMaxSkinnyPairRows
+                                                   : kMaxSkinnyHalfRows;
   const bool skinny_first =
       few == Route::kSkinny && r.m <= (wide ? kSkinnyBeforePairRows : kMaxSkinnyRows);
   if (s.fp32_gemm == Fp32GemmSetting::kAuto && !skinny_first && r.folds_cached &&
@@ -214,8 +226,11 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
       r.k <= kInt32Max / 4) {
     if (fuses(Route::kSkinny3xFp16Fused, r)) {
       return {Route::kSkinny3xFp16Fused, few,
-              "few rows: one read of W's fp16 pair, three products, the epilogue in the same "
-              "kernel (weight-streaming tensor-core kernel)"};
+              r.epilogue == Epilogue::kRowReduction
+                  ? "few rows: one read of W's fp16 pair split over K, three products, the row "
+                    "reduction summing the slices (weight-streaming tensor-core kernel)"
+                  : "few rows: one read of W's fp16 pair, three products, the epilogue in the "
+                    "same kernel (weight-streaming tensor-core kernel)"};
     }
     return {Route::kSkinny3xFp16, few,
             "few rows: one read of W's fp16 pair, three products (weight-streaming tensor-core "
@@ -260,9 +275,17 @@ Plan plan_half(const GemmRequest& r, const Settings& s) {
   // than cuBLAS's (no handle, math mode or workspace) plus an epilogue pass. Where W is narrow
   // and nothing is fused, up to 32 rows: x's re-reads stay few (N / 16 blocks).
   // (Measurements: bench/gemv_floor.cu and docs/PERFORMANCE.md, issue 25.)
-  const int64_t half_rows =
-      narrow_weight(r) && !skinny_fusable ? kMaxSkinnyHalfNarrowRows : kMaxSkinnyHalfRows;
+  // A row reduction: its K-slice partials (skinny_reduces_rows).
+  const bool reduces = skinny_fusable && skinny_reduces_rows(r);
+  const int64_t half_rows = reduces ? kMaxSkinnyPartialRows
+                            : narrow_weight(r) && !skinny_fusable ? kMaxSkinnyHalfNarrowRows
+                                                                  : kMaxSkinnyHalfRows;
   if (r.m <= half_rows && skinny_half_fits(r)) {
+    if (reduces) {
+      return {Route::kSkinnyHalfFused, Route::kNone,
+              "few rows: a read of W split over K, the row reduction summing the slices "
+              "(weight-streaming tensor-core kernel)"};
+    }
     if (skinny_fusable) {
       return {Route::kSkinnyHalfFused, Route::kNone,
               "at most 16 rows: a read of W, the epilogue in the same kernel (weight-streaming "
@@ -321,7 +344,8 @@ bool hosts(Route route, Epilogue e) {
       return e == Epilogue::kGroupStatistics || e == Epilogue::kColumnMoments;
     case Route::kSkinnyHalfFused:
     case Route::kSkinny3xFp16Fused:
-      return e == Epilogue::kGroupStatistics || e == Epilogue::kColumnAffine;
+      return e == Epilogue::kGroupStatistics || e == Epilogue::kColumnAffine ||
+             e == Epilogue::kRowReduction;
     case Route::kFp16x3Fused:
     case Route::kFp16x2Fused: return e == Epilogue::kRowReduction;
     case Route::kFp16x1Fused:

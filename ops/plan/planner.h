@@ -107,6 +107,7 @@ inline constexpr int64_t kMaxSkinnyHalfRows = 16;
 inline constexpr int64_t kMaxSkinnyHalfNarrowRows = 32;  // unfused, N < 32 SMs
 inline constexpr int64_t kMaxSkinnyPairRows = 32;  // float32, where N >= 32 SMs (else 16)
 inline constexpr int64_t kSkinnyBeforePairRows = 2;  // float32, N >= 32 SMs: skinny first
+inline constexpr int64_t kMaxSkinnyPartialRows = 128;  // a row reduction's K-slice partials
 inline constexpr int64_t kMin3xFp16Rows = 128;
 inline constexpr int64_t kMin3xFp16CachedRows = 65;  // float32-exact, W's fold cached
 inline constexpr double kMin3xFp16Flop = 1073741824.0;  // 2^30

@@ -18,10 +18,11 @@ enum class Route : uint8_t {
   kSkinny,          // float32, at most 4 rows: the weight-streaming kernel (gemm/skinny.h)
   kSkinnyHalf,      // float16/bfloat16, at most kMaxSkinnyHalfNarrowRows rows: the
                     // weight-streaming tensor-core kernel, float32 output (gemm/skinny_half.h)
-  kSkinnyHalfFused, // ... with the epilogue on its tile: the whole operator in one kernel
+  kSkinnyHalfFused, // ... with the epilogue on its tile: the whole operator in one kernel; or,
+                    // for a row reduction, split over K, the reduction summing the partials
   kSkinny3xFp16,    // float32, at most kMaxSkinnyPairRows rows: the same kernel on W's and x's
                     // fp16 pairs, three products (the 3xFP16 engine's split and accuracy)
-  kSkinny3xFp16Fused,  // ... with the epilogue on its tile
+  kSkinny3xFp16Fused,  // ... with the epilogue on its tile (a row reduction: as above)
   kFp16x3,          // float32-accurate on Hopper: the 3xFP16 engine (gemm/gemm_3xfp16.h)
   kFp16x3SplitK,    // ... with K split into slices (too few output tiles to fill the GPU),
                     // summed by a pass of its own

@@ -95,7 +95,12 @@ const std::vector<Row> kTable = {
     {"127 rows, W's fold cached: 3xFP16 (64 tiles: split over K)", k62, f32, acc, ieee, &kAuto, kH100, 127, 8192, 8192, true, true, Route::kFp16x3SplitK, Route::kSgemm},
     {"127 rows, fold per call: neither split", k39, f32, acc, ieee, &kAuto, kH100, 127, 8192, 8192, true, false, Route::kSgemm, none, false, false},
     {"96 rows, TF32 allowed: TF32 (the one-product rule is 128 rows)", k62, f32, acc, tf32, &kAuto, kH100, 96, 8192, 8192, true, true, Route::kTf32, none},
-    {"98 f32, 96 rows under 2^30 FLOP", k98, f32, acc, ieee, &kAuto, kH100, 96, 512, 8192, true, true, Route::kSgemm, none},
+    {"98 f32, 96 rows under 2^30 FLOP: the pairs' kernel's partials", k98, f32, acc, ieee, &kAuto, kH100, 96, 512, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSgemm},
+    {"98 f32, 128 rows: the 3xFP16 engine's partials", k98, f32, acc, ieee, &kAuto, kH100, 128, 512, 8192, true, true, Route::kFp16x3Fused, Route::kSgemm},
+    {"98 f32, 129 rows on A100: past the partials' rows, SGEMM", k98, f32, acc, ieee, &kAuto, kA100, 129, 512, 8192, true, true, Route::kSgemm, none},
+    {"98 f32, 128 rows on A100: the pairs' kernel's partials", k98, f32, acc, ieee, &kAuto, kA100, 128, 512, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSgemm},
+    {"98 f32, 64 rows, W's fold made per call: SGEMM", k98, f32, acc, ieee, &kAuto, kH100, 64, 512, 8192, true, true, Route::kSgemm, none, false, false},
+    {"98 f32, 64 rows, pooled width not a multiple of 4: SGEMM", k98, f32, acc, ieee, &kAuto, kH100, 64, 510, 8192, true, false, Route::kSgemm, none},
     {"128 rows under 2^30 FLOP", k39, f32, acc, ieee, &kAuto, kH100, 128, 1024, 4095, true, false, Route::kSgemm, none},
     {"3xTF32 needs a whole K chunk", k39, f32, acc, ieee, &kAuto, kA100, 1024, 8192, 1023, true, false, Route::kSgemm, none},
     {"3xTF32 needs 2048 outputs", k39, f32, acc, ieee, &kAuto, kA100, 1024, 2047, 8192, true, false, Route::kSgemm, none},
@@ -113,7 +118,8 @@ const std::vector<Row> kTable = {
     {"2 rows on T4 (no bf16 mma.sync): the skinny kernel", k39, f32, acc, ieee, &kAuto, kT4, 2, 8192, 8192, true, false, Route::kSkinny, none},
     {"4 rows, unaligned: SGEMM if refused", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8192, false, false, Route::kSkinny3xFp16, Route::kSgemm},
     {"4 rows, K not a multiple of 4: any K", k39, f32, acc, ieee, &kAuto, kH100, 4, 8192, 8190, true, false, Route::kSkinny3xFp16, Route::kSgemm},
-    {"98 f32, 8 rows: unfused", k98, f32, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinny3xFp16, Route::kSgemm},
+    {"98 f32, 8 rows: the pairs' kernel's partials", k98, f32, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSgemm},
+    {"98 f32, 8 rows, pooled width not a multiple of 4: unfused", k98, f32, acc, ieee, &kAuto, kH100, 8, 510, 8192, true, false, Route::kSkinny3xFp16, Route::kSgemm},
     {"98 f32, 4 rows, N = 512 < 32 SMs: the skinny kernel first", k98, f32, acc, ieee, &kAuto, kH100, 4, 512, 8192, true, true, Route::kSkinny, none},
     {"3 rows, N = 4223 < 32 SMs: skinny first", k62, f32, acc, ieee, &kAuto, kH100, 3, 4223, 8192, true, true, Route::kSkinny, none},
     {"3 rows, N = 4224: the fp16 pairs' kernel", k62, f32, acc, ieee, &kAuto, kH100, 3, 4224, 8192, true, true, Route::kSkinny3xFp16Fused, Route::kSkinny},
@@ -193,20 +199,22 @@ const std::vector<Row> kTable = {
     {"62 bf16 1 row on A100: skinny-half, fused", k62, bf16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"62 f16 16 rows, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 16, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"62 f16 17 rows: cuBLAS (too few tiles to fuse)", k62, f16, acc, ieee, &kAuto, kH100, 17, 8192, 8192, true, true, Route::kCublasHalf, none},
-    {"98 f16 24 rows, N = 512 narrow: skinny-half", k98, f16, acc, ieee, &kAuto, kH100, 24, 512, 8192, true, true, Route::kSkinnyHalf, none},
-    {"98 bf16 32 rows, narrow: skinny-half", k98, bf16, acc, ieee, &kAuto, kH100, 32, 512, 8192, true, true, Route::kSkinnyHalf, none},
-    {"98 f16 33 rows: cuBLAS", k98, f16, acc, ieee, &kAuto, kH100, 33, 512, 8192, true, true, Route::kCublasHalf, none},
-    {"98 f16 24 rows, N = 4224 = 32 SMs: cuBLAS", k98, f16, acc, ieee, &kAuto, kH100, 24, 4224, 8192, true, true, Route::kCublasHalf, none},
+    {"98 f16 24 rows: skinny-half's partials", k98, f16, acc, ieee, &kAuto, kH100, 24, 512, 8192, true, true, Route::kSkinnyHalfFused, none},
+    {"98 bf16 128 rows: skinny-half's partials", k98, bf16, acc, ieee, &kAuto, kH100, 128, 512, 8192, true, true, Route::kSkinnyHalfFused, none},
+    {"98 f16 129 rows: cuBLAS", k98, f16, acc, ieee, &kAuto, kH100, 129, 512, 8192, true, true, Route::kCublasHalf, none},
+    {"98 f16 24 rows, N = 4224 = 32 SMs: skinny-half's partials", k98, f16, acc, ieee, &kAuto, kH100, 24, 4224, 8192, true, true, Route::kSkinnyHalfFused, none},
+    {"98 f16 24 rows, pooled width not a multiple of 4: skinny-half", k98, f16, acc, ieee, &kAuto, kH100, 24, 510, 8192, true, false, Route::kSkinnyHalf, none},
+    {"98 f16 33 rows, pooled width not a multiple of 4: cuBLAS", k98, f16, acc, ieee, &kAuto, kH100, 33, 510, 8192, true, false, Route::kCublasHalf, none},
     {"62 f16 24 rows, narrow, fusable: cuBLAS (the epilogues take 16 rows)", k62, f16, acc, ieee, &kAuto, kH100, 24, 1024, 8192, true, true, Route::kCublasHalf, none},
     {"62 f16 24 rows, narrow, a group it cannot own: skinny-half", k62, f16, acc, ieee, &kAuto, kH100, 24, 1000, 1032, true, false, Route::kSkinnyHalf, none},
     {"39 bf16 1 row, training: skinny-half", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalf, none, true},
     {"39 bf16 1 row, eval: skinny-half, fused", k39, bf16, acc, ieee, &kAuto, kH100, 1, 8192, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"39 f16 eval at 1024 rows: no fused route for 39 there", k39, f16, acc, ieee, &kAuto, kH100, 1024, 8192, 8192, true, true, Route::kCublasHalf, none},
-    {"98 f16 8 rows: no skinny epilogue for 98", k98, f16, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalf, none},
+    {"98 f16 8 rows: skinny-half's partials", k98, f16, acc, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"39 f16 1 row on A100: skinny-half", k39, f16, acc, ieee, &kAuto, kA100, 1, 8192, 8192, true, false, Route::kSkinnyHalf, none},
     {"39 f16 1 row on sm_75: no mma.sync bf16, cuBLAS", k39, f16, acc, ieee, &kAuto, kT4, 1, 8192, 8192, true, false, Route::kCublasHalf, none},
     {"98 f16 eager 8 rows: skinny-half (rounding in the epilogue)", k98, f16, eager, ieee, &kAuto, kH100, 8, 512, 8192, true, true, Route::kSkinnyHalf, none},
-    {"98 bf16 16 rows, autocast: skinny-half", k98, bf16, acc, ieee, &kAuto, kH100, 16, 512, 8192, true, true, Route::kSkinnyHalf, none},
+    {"98 bf16 16 rows, autocast: skinny-half's partials", k98, bf16, acc, ieee, &kAuto, kH100, 16, 512, 8192, true, true, Route::kSkinnyHalfFused, none},
     {"62 f16 8 rows, K not a multiple of 8: cuBLAS", k62, f16, acc, ieee, &kAuto, kH100, 8, 8192, 8188, true, true, Route::kCublasHalf, none},
     {"62 f16 8 rows, unaligned: cuBLAS", k62, f16, acc, ieee, &kAuto, kH100, 8, 8192, 8192, false, true, Route::kCublasHalf, none},
     {"62 f16 8 rows, FUSEDOPS_HALF_GEMM=cublas", k62, f16, acc, ieee, &kCublas, kH100, 8, 8192, 8192, true, true, Route::kCublasHalf, none},
@@ -468,14 +476,19 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                                 r == Route::kAtenLinear || r == Route::kSkinnyHalf ||
                                 r == Route::kSkinnyHalfFused);
                   }
+                  // A row reduction (98's) takes the kernels' K-slice partials: more rows.
+                  const int64_t fused_rows =
+                      op == k98 ? plan::kMaxSkinnyPartialRows : plan::kMaxSkinnyHalfRows;
                   if (r == Route::kSkinnyHalf || r == Route::kSkinnyHalfFused) {
                     EXPECT_TRUE(half && device.major >= 8 && s != &kCublas &&
                                 size[0] <= (r == Route::kSkinnyHalf ? plan::kMaxSkinnyHalfNarrowRows
-                                                                    : plan::kMaxSkinnyHalfRows));
+                                                                    : fused_rows));
                   }
                   const bool pairs = r == Route::kSkinny3xFp16 || r == Route::kSkinny3xFp16Fused;
                   if (pairs) {
-                    EXPECT_TRUE(dtype == f32 && size[0] <= plan::kMaxSkinnyPairRows &&
+                    EXPECT_TRUE(dtype == f32 &&
+                                size[0] <= (op == k98 ? plan::kMaxSkinnyPartialRows
+                                                      : plan::kMaxSkinnyPairRows) &&
                                 device.major >= 8 && s->fp32_gemm == plan::Fp32GemmSetting::kAuto &&
                                 precision != bf16x);
                     EXPECT_EQ(p.fallback, size[0] <= plan::kMaxSkinnyRows ? Route::kSkinny
@@ -483,16 +496,15 @@ TEST(Planner, InvariantsOverTheCrossProduct) {
                                                                             : Route::kSgemm);
                   }
                   if (r == Route::kSkinny3xFp16Fused) {
-                    EXPECT_TRUE(fusable && (op == k62 || op == k39));
+                    EXPECT_TRUE(fusable);
                   }
                   if (r == Route::kSkinnyHalfFused) {
-                    EXPECT_TRUE((op == k62 || op == k39) && fusable && num == acc);
+                    EXPECT_TRUE(fusable && num == acc);
                   }
                   // Below the crossover every half-precision GEMM of ours streams W.
                   if (half && num == acc && s == &kAuto && size[0] <= plan::kMaxSkinnyHalfRows &&
                       op != k18) {
-                    EXPECT_EQ(r, (op == k62 || op == k39) && fusable ? Route::kSkinnyHalfFused
-                                                                     : Route::kSkinnyHalf);
+                    EXPECT_EQ(r, fusable ? Route::kSkinnyHalfFused : Route::kSkinnyHalf);
                   }
                   if (r == Route::kSm90HalfFused) {  // (model 39's: in training, table rows)
                     EXPECT_TRUE(op == k62 && fusable && num == acc && device.major == 9 &&

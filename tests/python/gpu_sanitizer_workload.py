@@ -231,6 +231,32 @@ def main():
                 out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
             print(f"98 {dtype} batch {batch} skinny-half four tiles: {'ok' if ok else 'MISMATCH ' + line}")
             failures += not ok
+    # Model 98's row reduction on the weight-streaming kernels' K-slice partials (pooled width
+    # 40, a multiple of 4): 3 rows (one 8-row tile), 11 (two), 40 (two chunks of 32 rows), 100
+    # (four, the last of 4 rows); float32 with a guarded row, which the reduction recomputes.
+    if torch.cuda.get_device_capability()[0] >= 8:
+        prob = PROBLEMS["98"]
+        init_args = (264, 200, 5, 2.0)
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            ref = prob.model(*init_args).cuda().to(dtype).eval()
+            new = prob.model_new(*init_args).cuda().to(dtype).eval()
+            new.load_state_dict(ref.state_dict())
+            for batch in (3, 11, 40, 100):
+                x = prob.make_input(batch, init_args, dist="randn", dtype=dtype, device="cuda")
+                if dtype == torch.float32:
+                    x[1, 3] = float("inf")
+                    x[2, :100] *= 2.0 ** 20
+                    x[2, 100:] *= 2.0 ** -20
+                with torch.no_grad():
+                    (line,) = fusedops.explain(new, x)
+                    out_ref, out_new = ref(x), new(x)
+                torch.cuda.synchronize()
+                tol = 1e-4 if dtype == torch.float32 else 5e-2
+                ok = "-fused (" in line and torch.allclose(
+                    out_new.double(), out_ref.double(), atol=tol, rtol=tol, equal_nan=True)
+                print(f"98 {dtype} batch {batch} K-slice partials: "
+                      f"{'ok' if ok else 'MISMATCH ' + line}")
+                failures += not ok
     # The float32 form's wider blocks, where N gives half the SMs one: 32 rows of W a block at
     # 9-16 rows of x (two groups of 16 channels a block), 64 at 17-32 (four).
     if torch.cuda.get_device_capability()[0] >= 8:
@@ -272,6 +298,21 @@ def main():
                                 rtol=1e-3) for a, e in zip(grads[1], grads[0]))
         print(f"{key} {init_args} float32 training step: {'ok' if ok else 'MISMATCH'}")
         failures += not ok
+    # Model 98's backward after its pooled GEMM in bfloat16 (the helper's CUDA kernels in a half
+    # dtype), against the same helper on the CPU.
+    pooled = torch.randn(300, 10, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(300, 77, device="cuda", dtype=torch.bfloat16)
+    pw = torch.randn(10, 77, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(300, device="cuda", dtype=torch.bfloat16)
+    args = (7, -1.5, 70, [True, True, True])
+    got = torch.ops.fusedops.avgpool_gelu_scale_max_backward(g, pooled, x, pw, *args)
+    want = torch.ops.fusedops.avgpool_gelu_scale_max_backward(g.cpu(), pooled.cpu(), x.cpu(),
+                                                              pw.cpu(), *args)
+    torch.cuda.synchronize()
+    ok = all(torch.allclose(a.cpu().double(), e.double(), atol=5e-2, rtol=5e-2)
+             for a, e in zip(got, want))
+    print(f"98 backward helper bfloat16: {'ok' if ok else 'MISMATCH'}")
+    failures += not ok
     # The fold helpers have their own kernels.
     w = torch.randn(50, 77, device="cuda")
     b = torch.randn(50, device="cuda")

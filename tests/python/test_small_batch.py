@@ -4,7 +4,9 @@ Below the planner's crossover (16 rows; float32 32 where N fills the GPU, float1
 without a fused epilogue 32 where N is narrow) the weight-streaming tensor-core kernel runs
 (float32: `skinny-3xfp16`, on W's and x's fp16 pairs, after the float32 `skinny` kernel at 1-2
 rows, 1-4 where N is narrow; float16/bfloat16: `skinny-half`), with the operator's epilogue
-inside where it fits (`-fused`); above it the other routes. Sizes are odd where the kernels
+inside where it fits (`-fused`); above it the other routes. Model 98's row reduction takes
+the kernels' K-slice partials where its pooled width is a multiple of 4 (`98r`): the same fused
+routes up to 128 rows, x's rows in chunks. Sizes are odd where the kernels
 have edges: out_features not a multiple of the 16-row tile, in_features a multiple of 8 that
 leaves a partial 256-wide round, and in_features not a multiple of 8 (no skinny-half:
 cuBLAS)."""
@@ -31,12 +33,14 @@ DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.float16, id=
 # here, as served: its whole chain in the same kernel.
 SIZES = {"18": (1032, 1000), "39": (1032, 1000, (1000,)), "62": (1032, 1000, 8),
          "62g16": (1032, 1008, 63), "62g32": (1032, 1024, 32), "62g128": (1032, 1024, 8),
-         "98": (1032, 1000, 4, 2.0)}
+         "98": (1032, 1000, 4, 2.0), "98r": (1032, 1000, 5, 2.0)}
 HALF_ROUTE = {"39": "skinny-half-fused", "62g16": "skinny-half-fused", "62g32": "skinny-half-fused",
-              "62g128": "skinny-half-fused"}
+              "62g128": "skinny-half-fused", "98r": "skinny-half-fused"}
 # float32's block holds three sets of accumulators: groups of 128 channels run unfused.
 PAIR_ROUTE = {"39": "skinny-3xfp16-fused", "62g16": "skinny-3xfp16-fused",
-              "62g32": "skinny-3xfp16-fused"}
+              "62g32": "skinny-3xfp16-fused", "98r": "skinny-3xfp16-fused"}
+# A row reduction on the kernels' K-slice partials (planner.h's kMaxSkinnyPartialRows).
+PARTIAL_ROWS = {"98r": 128}
 ODD_K = {"39": (1001, 1000, (1000,)), "62": (1001, 1000, 8), "98": (1001, 1000, 4, 2.0)}
 MAX_ROWS = 256
 LINEAR = {"98": "matmul", "18": "linear", "39": "gemm", "62": "fc"}
@@ -73,7 +77,7 @@ def test_every_batch_size_matches_the_reference(case, dtype, dist):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     narrow = SIZES[case][1] < 32 * sms  # these widths: W narrow
     # float16/bfloat16 without a fused epilogue: 32 rows where W is narrow (planner.cpp).
-    limit = 32 if half and narrow and case not in HALF_ROUTE else 16
+    limit = PARTIAL_ROWS.get(case, 32 if half and narrow and case not in HALF_ROUTE else 16)
     name = HALF_ROUTE.get(case, "skinny-half") if half else PAIR_ROUTE.get(case, "skinny-3xfp16")
     # float32's one-launch skinny kernel first (planner.cpp): at 1-2 rows, and at 3-4 where N is
     # narrow (the kernel splits K).
@@ -154,11 +158,12 @@ def test_float32_pairs_up_to_32_rows_where_n_fills_the_gpu(case):
         assert (f": {name} (" in line) == (b <= 32), line
 
 
-@pytest.mark.parametrize("case", ["39", "62g16", "62"])
+@pytest.mark.parametrize("case", ["39", "62g16", "62", "98r"])
 def test_float32_pairs_recompute_guarded_rows_in_the_kernel(case):
     """Rows the split cannot carry as fp16 pairs (inf, a row spanning more than 2^30, a scale
     leaving float32's normal range) are recomputed exactly inside the kernel, before the fused
-    epilogue; a zero row beside them. Against the reference, NaN where it has NaN."""
+    epilogue (98's row reduction: by the reduction, from its K-slice partials); a zero row
+    beside them. Against the reference, NaN where it has NaN."""
     key = case[:2]
     ref, new = make_pair(key, SIZES[case], device="cuda")
     ref.eval()
@@ -207,7 +212,7 @@ def test_float32_from_65_rows_runs_the_3xfp16_engine_where_the_fold_is_cached(ca
         assert_contract(out.detach(), ref.eval()(x[:100]), ref64.eval()(x[:100].double()))
 
 
-@pytest.mark.parametrize("case", ["39", "62g16"])
+@pytest.mark.parametrize("case", ["39", "62g16", "98r"])
 @pytest.mark.parametrize("batch", [2, 9])
 def test_float32_pairs_fall_back_where_the_weight_is_refused(case, batch):
     """A weight the 3xFP16 range check refuses (a row far below the others: its fp16 pair could
@@ -227,14 +232,17 @@ def test_float32_pairs_fall_back_where_the_weight_is_refused(case, batch):
         assert_contract(new(x), ref(x), ref64(x.double()))
 
 
-@pytest.mark.parametrize("case", ["62", "62g16"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("case", ["62", "62g16", "98r"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32],
+                         ids=["f16", "bf16", "f32"])
 def test_skinny_half_deterministic_and_on_a_side_stream(dtype, case):
-    """No atomics: the warps' partial sums add in a fixed order, so repeated calls and a call
-    on another stream give the same bits."""
-    _, new = make_pair("62", SIZES[case], device="cuda", dtype=dtype)
+    """No atomics: the warps' partial sums (and 98's K-slice partials) add in a fixed order, so
+    repeated calls and a call on another stream give the same bits; 98 also at 100 rows (x's
+    rows in chunks)."""
+    _, new = make_pair(case[:2], SIZES[case], device="cuda", dtype=dtype)
     new.eval()
-    x = make_input((9, SIZES["62"][0]), "randn", dtype=dtype, device="cuda")
+    x = make_input((100 if case == "98r" else 9, SIZES[case][0]), "randn", dtype=dtype,
+                   device="cuda")
     with torch.no_grad():
         first = new(x)
         again = new(x)
@@ -246,7 +254,7 @@ def test_skinny_half_deterministic_and_on_a_side_stream(dtype, case):
     assert torch.equal(first, again) and torch.equal(first, on_side)
 
 
-@pytest.mark.parametrize("case", ["39", "62g16"])
+@pytest.mark.parametrize("case", ["39", "62g16", "98r"])
 def test_skinny_half_in_a_cuda_graph(case):
     """Captured after warm-up and replayed on new inputs: the same as a direct call."""
     _, new = make_pair(case[:2], SIZES[case], device="cuda", dtype=torch.float16)

@@ -80,19 +80,31 @@ __global__ void gelu_scale_max_kernel(const acc_t<scalar_t>* __restrict__ pooled
   if (lane == 0) out[row] = static_cast<scalar_t>(best);
 }
 
-// Reader 2, the 3xFP16 engine's split-K partials (float32), summed as they are read: one
-// block per row, a thread per 4 columns (16-byte loads of every slice: the sum is bound by
-// reading the partials, so it needs many loads in flight). A row the engine's guard rejected
-// is recomputed here exactly (a warp per value), as the engine's own fixup does.
+// Reader 2, an engine's K-slice partials (float32: the 3xFP16 engine's or the skinny kernels',
+// gemm/skinny_half.h), summed as they are read: one block per row, a thread per 4 columns
+// (16-byte loads of every slice: the sum is bound by reading the partials, so it needs many
+// loads in flight). A row the float32 split's guard rejected is recomputed here exactly (a
+// warp per value), as the engine's own fixup does; float16/bfloat16 partials guard no row.
 constexpr int kRowThreads = 128;
 
-template <typename Store>
+template <typename scalar_t>
+__device__ __forceinline__ float4 load4(const scalar_t* p) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    return make_float4(static_cast<float>(p[0]), static_cast<float>(p[1]),
+                       static_cast<float>(p[2]), static_cast<float>(p[3]));
+  }
+}
+
+template <typename Store, typename scalar_t>
 __global__ void __launch_bounds__(kRowThreads)
-gelu_scale_max_partials_kernel(gemm::Partials3xFp16View view, const float* __restrict__ folded,
-                               const float* __restrict__ pooled_bias, const float* __restrict__ x,
-                               const float* __restrict__ weight, const float* __restrict__ bias,
-                               float* __restrict__ out, int64_t batch, int64_t pooled_n,
-                               int64_t k, int64_t pool, float scale) {
+gelu_scale_max_partials_kernel(gemm::Partials3xFp16View view, const scalar_t* __restrict__ folded,
+                               const scalar_t* __restrict__ pooled_bias,
+                               const scalar_t* __restrict__ x, const scalar_t* __restrict__ weight,
+                               const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
+                               int64_t batch, int64_t pooled_n, int64_t k, int64_t pool,
+                               float scale) {
   __shared__ float warp_best[kRowThreads / kWarpSize];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   constexpr int kWarps = kRowThreads / kWarpSize;
@@ -101,13 +113,13 @@ gelu_scale_max_partials_kernel(gemm::Partials3xFp16View view, const float* __res
     if (!view.guarded(row)) {
       for (int64_t j = 4 * static_cast<int64_t>(threadIdx.x); j < pooled_n; j += 4 * kRowThreads) {
         const float4 p = view.at4(row, j);
-        const float4 b = *reinterpret_cast<const float4*>(pooled_bias + j);
+        const float4 b = load4(pooled_bias + j);
         row_max.take(p.x + b.x);
         row_max.take(p.y + b.y);
         row_max.take(p.z + b.z);
         row_max.take(p.w + b.w);
       }
-    } else {
+    } else if constexpr (std::is_same_v<scalar_t, float>) {
       for (int64_t j = warp; j < pooled_n; j += kWarps) {
         const float p = gemm::exact_dot(x + row * k, folded + j * k, k, lane);
         if (lane == 0) row_max.take(p + pooled_bias[j]);
@@ -124,7 +136,7 @@ gelu_scale_max_partials_kernel(gemm::Partials3xFp16View view, const float* __res
       } else {
         best = unfolded_row_max<Store>(x + row * k, weight, bias, pooled_n, k, pool, scale, lane);
       }
-      if (lane == 0) out[row] = best;
+      if (lane == 0) out[row] = static_cast<scalar_t>(best);
     }
     __syncthreads();  // warp_best is read before the next row writes it
   }
@@ -152,12 +164,21 @@ void gelu_scale_max_pass(const at::Tensor& p, const GeluScaleMaxArgs& a, at::Ten
 void gelu_scale_max_partials(const gemm::Partials3xFp16& p, const at::Tensor& folded,
                              const GeluScaleMaxArgs& a, at::Tensor& out) {
   const int64_t batch = a.x.size(0), k = a.x.size(1), pooled_n = folded.size(0);
-  TORCH_INTERNAL_ASSERT(pooled_n % 4 == 0 && is_16_byte_aligned(a.pooled_bias.data_ptr()));
+  TORCH_INTERNAL_ASSERT(pooled_n % 4 == 0 && !a.eager &&
+                        (a.x.scalar_type() != at::kFloat ||
+                         is_16_byte_aligned(a.pooled_bias.data_ptr())));
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(batch, 1 << 20));
-  gelu_scale_max_partials_kernel<Unrounded><<<blocks, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      p.view, folded.data_ptr<float>(), a.pooled_bias.data_ptr<float>(), a.x.data_ptr<float>(),
-      a.weight.data_ptr<float>(), a.bias.data_ptr<float>(), out.data_ptr<float>(), batch,
-      pooled_n, k, a.pool, static_cast<float>(a.scale));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.x.scalar_type(), "gelu_scale_max_partials", [&] {
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      gelu_scale_max_partials_kernel<Unrounded, scalar_t>
+          <<<blocks, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+              p.view, folded.data_ptr<scalar_t>(), a.pooled_bias.data_ptr<scalar_t>(),
+              a.x.data_ptr<scalar_t>(), a.weight.data_ptr<scalar_t>(), a.bias.data_ptr<scalar_t>(),
+              out.data_ptr<scalar_t>(), batch, pooled_n, k, a.pool, static_cast<float>(a.scale));
+    } else {
+      TORCH_INTERNAL_ASSERT(false, "fusedops: no float64 partials");
+    }
+  });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -30,7 +30,8 @@ struct GuardLayout {
 
 // Reads y out of split-K partials: the slices summed in slice order (deterministic), then
 // alpha_r * main + beta_r * cross (what the unsplit path does in the promoted GEMM's epilogue).
-// 0 for a guarded row.
+// 0 for a guarded row. No alpha (the skinny-half engine's float16/bfloat16 partials): the
+// main term itself, no row guarded.
 struct Partials3xFp16View {
   const float* partials;
   int cross_slices, main_slices;
@@ -39,7 +40,9 @@ struct Partials3xFp16View {
   const float* alpha;
   const float* beta;
 
-  __device__ __forceinline__ bool guarded(int64_t row) const { return alpha[row] == 0.0f; }
+  __device__ __forceinline__ bool guarded(int64_t row) const {
+    return alpha != nullptr && alpha[row] == 0.0f;
+  }
 
   // y[row, col .. col + 3], 16-byte loads (N a multiple of 4, as the engine requires). No cross
   // slices: the one-product form, alpha_r * main.
@@ -49,6 +52,7 @@ struct Partials3xFp16View {
     float4 m = load(cross_slices * count + i);
     for (int s = 1; s < cross_slices; ++s) add(c, load(s * count + i));
     for (int s = 1; s < main_slices; ++s) add(m, load((cross_slices + s) * count + i));
+    if (alpha == nullptr) return m;
     const float a = alpha[row], b = beta[row];
     return make_float4(fmaf(a, m.x, b * c.x), fmaf(a, m.y, b * c.y), fmaf(a, m.z, b * c.z),
                        fmaf(a, m.w, b * c.w));

@@ -19,6 +19,12 @@
 // products there); the main term is promoted into float registers after every round of kUnroll
 // steps. Rows the split's guard listed are recomputed in the block (exact_dot) before the
 // epilogue: the fused epilogues see whole, exact tiles.
+//
+// Split over K and rows (grid y and z, heuristics.h's skinny_partials_shape): a block reads the
+// K slice blockIdx.y of the chunk of 8 kTiles rows of x blockIdx.z, and an epilogue that takes
+// the terms (TakesTerms) gets the block's sums as they are, main term and cross terms apart,
+// unscaled and unguarded: a K-slice partial, combined by its reader (Partials3xFp16View). With
+// one slice and one chunk (every other epilogue) the kernel is the unsplit one.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,6 +73,12 @@ struct StoreFloatY {
   }
 };
 
+// Whether an epilogue takes a block's raw K-slice sums (apply_terms) instead of its tile of y.
+template <typename E, typename = void>
+struct TakesTerms : std::false_type {};
+template <typename E>
+struct TakesTerms<E, std::void_t<decltype(E::kTerms)>> : std::bool_constant<E::kTerms> {};
+
 // The float32 form's scales and exact operands (kPair); unused otherwise.
 struct PairArgs {
   const float* alpha = nullptr;  // (m): the rows' main-term scales, 0 for a guarded row
@@ -84,17 +96,29 @@ constexpr int gemv_half_smem_bytes() {
 
 // kWarps: warps of a block, splitting K; kTiles: 8-row tiles of x (m <= 8 kTiles);
 // kRowTiles: 16-row tiles of W a block owns; kUnroll: 32-wide k steps a warp has in flight;
-// kPair: the float32 form (k is then kp, the pairs' padded K, and rows are 2 kp long).
+// kPair: the float32 form (k is then kp, the pairs' padded K, and rows are 2 kp long);
+// slice_k: the k of a slice (k itself unsplit; a multiple of 8).
 template <typename T, int kWarps, int kTiles, int kRowTiles, int kUnroll, bool kPair,
           typename Epilogue>
 __global__ void __launch_bounds__(32 * kWarps)
 gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n, int k,
-                 Epilogue epilogue, PairArgs pair) {
+                 int slice_k, Epilogue epilogue, PairArgs pair) {
   extern __shared__ float partial[];  // [set][warp][16 kRowTiles][8 kTiles]
+  constexpr bool kTerms = TakesTerms<Epilogue>::value;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int row0 = blockIdx.x * 16 * kRowTiles;
   const int64_t ld = kPair ? 2 * static_cast<int64_t>(k) : k;  // a row's length
+  // This block's chunk of x's rows and slice of K.
+  const int chunk0 = blockIdx.z * 8 * kTiles;
+  x += chunk0 * ld;
+  m = min(m - chunk0, 8 * kTiles);
+  if constexpr (kPair) {
+    pair.alpha += chunk0;
+    pair.beta += chunk0;
+    pair.x += static_cast<int64_t>(chunk0) * pair.k;
+  }
+  const int k_begin = blockIdx.y * slice_k, k_end = min(k, k_begin + slice_k);
   // The second half of a row, in 16-byte vectors (kPair: W's hi half, x's lo half).
   const int second_half = kPair ? k / 8 : 0;
   const uint4* wrow[kRowTiles][2];
@@ -119,14 +143,14 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
   // instruction, which must not run on part of a warp (a per-lane k0 < k hung the GPU wherever
   // K left part of a step). A lane whose own k is past the end loads zeros.
   constexpr int kHalves = kPair ? 2 : 1;  // the W (x) vectors of a step: [lo | hi] ([hi | lo])
-  for (int kw = warp * 32; kw < k; kw += kRound * kUnroll) {
+  for (int kw = k_begin + warp * 32; kw < k_end; kw += kRound * kUnroll) {
     const int k0 = kw + t * 8;
     uint4 wv[kUnroll][kRowTiles][2][kHalves];
     uint4 xv[kUnroll][kTiles][kHalves];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int kk = k0 + u * kRound;
-      const bool in = kk < k;
+      const bool in = kk < k_end;
 #pragma unroll
       for (int a = 0; a < kRowTiles; ++a) {
 #pragma unroll
@@ -213,7 +237,12 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
     float s = 0.f;
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) s += partial[v * kTile + i];
-    if constexpr (kPair) {
+    if constexpr (kPair && kTerms) {  // the cross terms into their set's first slots
+      float c = 0.f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) c += partial[(kWarps + v) * kTile + i];
+      partial[kWarps * kTile + i] = c;
+    } else if constexpr (kPair) {
       float c = 0.f;
 #pragma unroll
       for (int v = 0; v < kWarps; ++v) c += partial[(kWarps + v) * kTile + i];
@@ -223,21 +252,27 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
     partial[i] = s;
   }
   __syncthreads();
-  if constexpr (kPair) {
-    // Guarded rows of x (rare: inf/nan, or a range fp16 pairs cannot carry): their column of
-    // the tile exactly, a warp per row of W. The test is the same in every thread.
-    for (int col = 0; col < m && col < kCols; ++col) {
-      if (pair.alpha[col] != 0.0f) continue;
-      for (int r = warp; r < kRows; r += kWarps) {
-        if (row0 + r >= n) break;
-        const float v = exact_dot(pair.x + static_cast<int64_t>(col) * pair.k,
-                                  pair.w + static_cast<int64_t>(row0 + r) * pair.k, pair.k, lane);
-        if (lane == 0) partial[r * kCols + col] = v;
+  if constexpr (kTerms) {
+    epilogue.template apply_terms<kRows, kCols>(partial, kPair ? partial + kWarps * kTile : nullptr,
+                                                row0, chunk0, m, n, 32 * kWarps);
+  } else {
+    if constexpr (kPair) {
+      // Guarded rows of x (rare: inf/nan, or a range fp16 pairs cannot carry): their column of
+      // the tile exactly, a warp per row of W. The test is the same in every thread.
+      for (int col = 0; col < m && col < kCols; ++col) {
+        if (pair.alpha[col] != 0.0f) continue;
+        for (int r = warp; r < kRows; r += kWarps) {
+          if (row0 + r >= n) break;
+          const float v = exact_dot(pair.x + static_cast<int64_t>(col) * pair.k,
+                                    pair.w + static_cast<int64_t>(row0 + r) * pair.k, pair.k,
+                                    lane);
+          if (lane == 0) partial[r * kCols + col] = v;
+        }
       }
+      __syncthreads();
     }
-    __syncthreads();
+    epilogue.template apply<kRows, kCols>(partial, row0, m, n, 32 * kWarps);
   }
-  epilogue.template apply<kRows, kCols>(partial, row0, m, n, 32 * kWarps);
 }
 
 }  // namespace fusedops::cuda::gemm

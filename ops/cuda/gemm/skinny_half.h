@@ -36,4 +36,12 @@ bool skinny_operands(const at::Tensor& x, const at::Tensor& weight, const at::Te
 // y (M, N) float32. sm_count: the device's SMs, to size the split of K inside a block.
 void skinny_half_linear(const SkinnyOperands& ops, at::Tensor& y, int sm_count);
 
+// For a row-reduction epilogue (the planner's skinny fused routes hosting
+// plan::Epilogue::kRowReduction), which needs whole rows of y: the kernel split over K, and
+// over chunks of rows past a block's tiles (heuristics.h's skinny_partials_shape), each block's
+// sums left as a K-slice partial in Partials3xFp16's layout, for the epilogue to sum as it reads
+// them (Partials3xFp16View; the float32 form's guarded rows are the epilogue's to recompute
+// exactly, as on the 3xFP16 engine's partials). y is never written; any number of rows.
+void skinny_partials(const SkinnyOperands& ops, int sm_count, Partials3xFp16& out);
+
 }  // namespace fusedops::cuda::gemm

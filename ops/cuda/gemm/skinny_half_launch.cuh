@@ -21,8 +21,11 @@ namespace fusedops::cuda::gemm {
 // The float32 form's tag: fp16 pairs, three products (gemv_half_kernel.cuh's kPair).
 struct PairOf {};
 
+// grid: K slices and chunks of rows (heuristics.h's skinny_partials_shape; one of each
+// unsplit); slice_k: the k of a slice (0: all of K).
 template <typename T, int kWarps, int kTiles, int kRowTiles, typename Epilogue>
-void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue) {
+void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slices = 1,
+                  int chunks = 1, int64_t slice_k = 0) {
   // Loads in flight per thread: (2 kRowTiles + kTiles) vectors per step, twice that in float32;
   // fewer steps as the block's rows grow, to stay within registers.
   constexpr bool kPair = std::is_same_v<T, PairOf>;
@@ -53,11 +56,13 @@ void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue) {
             ops.weight.data_ptr<float>(), static_cast<int>(ops.x.size(1))};
   }
   const int64_t n = ops.weight.size(0);
-  const int64_t blocks = tiles_of(n, 16 * kRowTiles);
-  kernel<<<static_cast<unsigned>(blocks), 32 * kWarps, smem, at::cuda::getCurrentCUDAStream()>>>(
+  const int64_t k = kPair ? ops.pair.kp : ops.x.size(1);
+  const dim3 grid(static_cast<unsigned>(tiles_of(n, 16 * kRowTiles)), static_cast<unsigned>(slices),
+                  static_cast<unsigned>(chunks));
+  kernel<<<grid, 32 * kWarps, smem, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const E*>(x.data_ptr()), reinterpret_cast<const E*>(w.data_ptr()),
-      static_cast<int>(ops.x.size(0)), static_cast<int>(n),
-      static_cast<int>(kPair ? ops.pair.kp : ops.x.size(1)), epilogue, pair);
+      static_cast<int>(ops.x.size(0)), static_cast<int>(n), static_cast<int>(k),
+      static_cast<int>(slice_k > 0 ? slice_k : k), epilogue, pair);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
