@@ -232,8 +232,9 @@ def main():
             print(f"98 {dtype} batch {batch} skinny-half four tiles: {'ok' if ok else 'MISMATCH ' + line}")
             failures += not ok
     # Model 98's row reduction on the weight-streaming kernels' K-slice partials (pooled width
-    # 40, a multiple of 4): 3 rows (one 8-row tile), 11 (two), 40 (two chunks of 32 rows), 100
-    # (four, the last of 4 rows); float32 with a guarded row, which the reduction recomputes.
+    # 40, a multiple of 4): 3 or 5 rows (one 8-row tile; float32 runs its skinny kernel up to
+    # 4 rows of a narrow W), 11 (two), 40 (two chunks of 32 rows), 100 (four, the last of 4
+    # rows); float32 with a guarded row, which the reduction recomputes.
     if torch.cuda.get_device_capability()[0] >= 8:
         prob = PROBLEMS["98"]
         init_args = (264, 200, 5, 2.0)
@@ -241,7 +242,7 @@ def main():
             ref = prob.model(*init_args).cuda().to(dtype).eval()
             new = prob.model_new(*init_args).cuda().to(dtype).eval()
             new.load_state_dict(ref.state_dict())
-            for batch in (3, 11, 40, 100):
+            for batch in (5 if dtype == torch.float32 else 3, 11, 40, 100):
                 x = prob.make_input(batch, init_args, dist="randn", dtype=dtype, device="cuda")
                 if dtype == torch.float32:
                     x[1, 3] = float("inf")

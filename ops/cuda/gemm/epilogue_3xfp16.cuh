@@ -52,9 +52,9 @@ struct Partials3xFp16View {
     float4 m = load(cross_slices * count + i);
     // Unrolled so that a thread's loads of several slices are in flight together (a loop of
     // load-then-add waits out one L2 round trip per slice); the adds stay in slice order.
-#pragma unroll 4
+#pragma unroll 8
     for (int s = 1; s < cross_slices; ++s) add(c, load(s * count + i));
-#pragma unroll 4
+#pragma unroll 8
     for (int s = 1; s < main_slices; ++s) add(m, load((cross_slices + s) * count + i));
     if (alpha == nullptr) return m;
     const float a = alpha[row], b = beta[row];

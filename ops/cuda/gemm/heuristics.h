@@ -106,8 +106,9 @@ inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int blo
 // The weight-streaming kernel writing K-slice partials for a row-reduction epilogue, which
 // sums the slices itself (skinny_half.h, skinny_partials): a narrow W (a pooled weight) gives
 // too few 16-row blocks to read W at HBM speed, so K is cut into slices (grid y) until the GPU
-// holds four 8-warp blocks an SM (a block has only one or two 16-byte loads of W per thread in
-// flight), each slice at least one round of a block's warps (256 k of a row); more rows of x than a block's tiles take chunks of 8 `tiles` rows (grid z), each
+// holds two 8-warp blocks an SM (more slices cut W's read time further but lengthen the
+// reduction, which reads every slice), each slice at least one round of a block's warps (256 k
+// of a row); more rows of x than a block's tiles take chunks of 8 `tiles` rows (grid z), each
 // reading W again (from L2). kp: K as the kernel reads it (the float32 form's padded K).
 struct SkinnySlices {
   SkinnyShape shape;
@@ -120,7 +121,7 @@ inline SkinnySlices skinny_partials_shape(int64_t m, int64_t n, int64_t kp, int 
   const int64_t chunks = tiles_of(m, 8 * tiles);
   const int64_t blocks = tiles_of(n, 16) * chunks;
   const int64_t rounds = tiles_of(kp, kRound);
-  const int64_t want = tiles_of(4 * static_cast<int64_t>(sm_count), blocks);
+  const int64_t want = tiles_of(2 * static_cast<int64_t>(sm_count), blocks);
   const int64_t slices = want < 1 ? 1 : want > rounds ? rounds : want;
   const int64_t slice_k = tiles_of(rounds, slices) * kRound;
   return {{8, tiles, 1}, static_cast<int>(tiles_of(kp, slice_k)), static_cast<int>(chunks),
