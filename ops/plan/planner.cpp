@@ -214,7 +214,7 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   // more than bytes). Above 16 rows its blocks hold 64 rows of W: N must give half the SMs one.
   // Where the user named the float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold
   // is made per call (training), SGEMM. (Measurements: docs/PERFORMANCE.md, issue 25.)
-  // A row reduction takes the kernel's K-slice partials (skinny_rows).
+  // A row reduction takes the kernel's K-slice partials (skinny_reduces_rows).
   const bool wide = !narrow_weight(r);
   const int64_t pair_rows = skinny_reduces_rows(r) ? kMaxSkinnyPartialRows
                             : wide                 ? kMaxSkinnyPairRows
