@@ -109,8 +109,9 @@ bool fuses(Route route, const GemmRequest& r) {
 
 // A row reduction on the weight-streaming kernels: they split K over blocks and chunk the
 // rows, leaving K-slice partials that the reduction sums as it reads them (the 3xFP16 engine's
-// way), so they take more rows than a fused tile holds: up to kMaxSkinnyPartialRows, where
-// the GEMM is still a read of W.
+// way), so they take more rows than a fused tile holds: up to kMaxSkinnyPartialRows (on an
+// H200 level with cuBLAS plus the pass at 96-128 rows of half precision, ahead below and in
+// float32: docs/PERFORMANCE.md, "Session of 2026-11-29 (fifth)").
 bool skinny_reduces_rows(const GemmRequest& r) {
   return r.epilogue == Epilogue::kRowReduction && hosts(Route::kSkinnyHalfFused, r.epilogue) &&
          r.epilogue_fits;
