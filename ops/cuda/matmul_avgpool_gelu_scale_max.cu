@@ -3,7 +3,7 @@
 // then the planned GEMM and the row epilogue (bias, exact GELU, scale, NaN-propagating max:
 // cuda/epilogues/gelu_scale_max.h). On a fused route the epilogue sums the engine's K-slice
 // partials as it reads them (y is never written): the 3xFP16 engine's on Hopper in float32 at
-// large batches, the weight-streaming kernels' at few rows.
+// large batches, the weight-streaming kernels' at few rows (there in the same launch).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -57,6 +57,11 @@ at::Tensor matmul_avgpool_gelu_scale_max_cuda(const at::Tensor& x, const at::Ten
   if (route == plan::Route::kSkinnyHalfFused || route == plan::Route::kSkinny3xFp16Fused) {
     cuda::gemm::SkinnyOperands ops;
     partials_made = cuda::gemm::skinny_operands(xc, pooled_weight, pooled_weight, cache_folds, ops);
+    // One launch where the grid fits the device at once: the GEMM's blocks read back their
+    // own partials (a second kernel costs a launch on the host and a gap on the GPU).
+    if (partials_made && cuda::gelu_scale_max_skinny(ops, sm_count, pooled_weight, args, out)) {
+      return out;
+    }
     if (partials_made) cuda::gemm::skinny_partials(ops, sm_count, partials);
   } else if (const auto products = plan::fp16_products(route);
              products && plan::fused_route(route)) {

@@ -334,6 +334,34 @@ TEST(Heuristics, SplitKSlices) {
             6);
 }
 
+// The weight-streaming kernel's K slices for a row reduction (heuristics.h): two blocks an SM
+// from slices of whole 256-k rounds; under a cap on resident blocks (the reader in the same
+// launch needs the whole grid at once) fewer, longer slices, never below one.
+TEST(Heuristics, SkinnyPartialsSlices) {
+  using cuda::gemm::skinny_partials_shape;
+  using cuda::gemm::tiles_of;
+  // Model 98's pooled weight (512 x 8192) on 132 SMs: 32 column tiles.
+  auto s = skinny_partials_shape(1, 512, 8192, 132);
+  EXPECT_EQ(s.shape.tiles, 1);
+  EXPECT_EQ(s.chunks, 1);
+  EXPECT_EQ(s.slice_k, 1024);  // 264 blocks wanted, 9 slices: 4 of the 32 rounds each
+  EXPECT_EQ(s.slices, 8);       // which 8 slices cover
+  EXPECT_EQ(tiles_of(8192, s.slice_k), s.slices);
+  s = skinny_partials_shape(40, 512, 8192, 132);  // two chunks of 32 rows: 64 blocks a slice
+  EXPECT_EQ(s.shape.tiles, 4);
+  EXPECT_EQ(s.chunks, 2);
+  EXPECT_EQ(s.slices, 5);  // slices of 7 rounds (1792 k): 320 blocks, over 264
+  const auto capped = skinny_partials_shape(40, 512, 8192, 132, 264);
+  EXPECT_EQ(capped.chunks, 2);
+  EXPECT_LE(32 * capped.slices * capped.chunks, 264);
+  EXPECT_EQ(capped.slices, 4);  // 256 blocks of 2048 k
+  EXPECT_EQ(capped.slice_k, 2048);
+  // A cap below one slice's blocks leaves one slice (the caller then declines the launch).
+  EXPECT_EQ(skinny_partials_shape(128, 512, 8192, 132, 100).slices, 1);
+  // No cap, or a cap the grid is within: the same shape.
+  EXPECT_EQ(skinny_partials_shape(1, 512, 8192, 132, 264).slices, 8);
+}
+
 // A forced route that cannot run is an error naming the setting and why, never a fallback.
 TEST(Planner, ForcedRoutesThatCannotRunAreErrors) {
   Row row = kTable[0];

@@ -254,6 +254,36 @@ def test_skinny_half_deterministic_and_on_a_side_stream(dtype, case):
     assert torch.equal(first, again) and torch.equal(first, on_side)
 
 
+@pytest.mark.parametrize("init_args", [SIZES["98r"], (8192, 8192, 16, 2.0)], ids=["odd", "default"])
+@pytest.mark.parametrize("dtype,batch", [(d, b) for d in (torch.float16, torch.bfloat16)
+                                         for b in (1, 8, 40, 100)] +
+                         [(torch.float32, b) for b in (8, 40, 100)])
+def test_98_at_few_rows_reads_its_partials_in_the_same_launch(dtype, batch, init_args):
+    """Model 98 on the skinny fused routes (float32 from 5 rows, below which its float32 skinny
+    kernel runs) is one launch of the weight-streaming kernel: its blocks read back the grid's
+    K-slice partials after a grid-wide barrier (issue 38: a second kernel cost a launch on the
+    host and a gap on the GPU), with the contract kept."""
+    ref, new = make_pair("98", init_args, device="cuda", dtype=dtype)
+    ref.eval()
+    new.eval()
+    ref64 = make_pair("98", init_args, device="cuda", dtype=torch.float64)[0].eval()
+    ref64.load_state_dict(ref.state_dict())
+    x = make_input((batch, init_args[0]), "randn", dtype=dtype, device="cuda")
+    route = fusedops.explain(new, x)[0]
+    assert "skinny-half-fused" in route or "skinny-3xfp16-fused" in route, route
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = new(x)
+            torch.cuda.synchronize()
+        assert_contract(out, ref(x), ref64(x.double()))
+    kernels = [e.name for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum("gemv_half_kernel" in k for k in kernels) == 1, kernels
+    assert not any("gelu_scale_max_partials_kernel" in k or "gelu_scale_max_kernel" in k
+                   for k in kernels), kernels
+
+
 @pytest.mark.parametrize("case", ["39", "62g16", "98r"])
 def test_skinny_half_in_a_cuda_graph(case):
     """Captured after warm-up and replayed on new inputs: the same as a direct call."""

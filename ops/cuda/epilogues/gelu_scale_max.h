@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "cuda/gemm/gemm_3xfp16.h"
+#include "cuda/gemm/skinny_half.h"
 
 namespace fusedops::cuda {
 
@@ -28,6 +29,13 @@ void gelu_scale_max_pass(const at::Tensor& p, const GeluScaleMaxArgs& args, at::
 // recomputed from it exactly, as the engine's own fixup does).
 void gelu_scale_max_partials(const gemm::Partials3xFp16& p, const at::Tensor& folded,
                              const GeluScaleMaxArgs& args, at::Tensor& out);
+
+// The weight-streaming kernels' partials and this reader in one launch (the skinny fused
+// routes): false, with nothing launched, where the device cannot hold that grid at once (the
+// caller then runs gemm::skinny_partials and gelu_scale_max_partials).
+bool gelu_scale_max_skinny(const gemm::SkinnyOperands& ops, int sm_count,
+                           const at::Tensor& folded, const GeluScaleMaxArgs& args,
+                           at::Tensor& out);
 
 // The backward after the pooled Linear (include/fusedops/fusedops.h,
 // avgpool_gelu_scale_max_backward; gelu_scale_max_backward.cu): grad_out (batch,), pooled

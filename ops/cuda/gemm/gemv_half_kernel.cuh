@@ -25,8 +25,15 @@
 // the terms (TakesTerms) gets the block's sums as they are, main term and cross terms apart,
 // unscaled and unguarded: a K-slice partial, combined by its reader (Partials3xFp16View). With
 // one slice and one chunk (every other epilogue) the kernel is the unsplit one.
+//
+// An epilogue that also finishes the grid's work (FinishesGrid: a reduction of the partials
+// the whole grid wrote) runs its finish() in every block after a grid-wide barrier: one launch
+// where a second kernel would cost a launch on the host and a gap on the GPU. The barrier
+// needs every block resident at once: such a kernel is launched cooperatively
+// (skinny_half_launch.cuh), which refuses a grid that cannot be.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -78,6 +85,13 @@ template <typename E, typename = void>
 struct TakesTerms : std::false_type {};
 template <typename E>
 struct TakesTerms<E, std::void_t<decltype(E::kTerms)>> : std::bool_constant<E::kTerms> {};
+
+// Whether an epilogue finishes the grid's work after a grid-wide barrier (finish<threads>()).
+template <typename E, typename = void>
+struct FinishesGrid : std::false_type {};
+template <typename E>
+struct FinishesGrid<E, std::void_t<decltype(E::kFinishesGrid)>>
+    : std::bool_constant<E::kFinishesGrid> {};
 
 // The float32 form's scales and exact operands (kPair); unused otherwise.
 struct PairArgs {
@@ -255,6 +269,10 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
   if constexpr (kTerms) {
     epilogue.template apply_terms<kRows, kCols>(partial, kPair ? partial + kWarps * kTile : nullptr,
                                                 row0, chunk0, m, n, 32 * kWarps);
+    if constexpr (FinishesGrid<Epilogue>::value) {
+      cooperative_groups::this_grid().sync();  // every block's partials written and visible
+      epilogue.template finish<32 * kWarps>();
+    }
   } else {
     if constexpr (kPair) {
       // Guarded rows of x (rare: inf/nan, or a range fp16 pairs cannot carry): their column of

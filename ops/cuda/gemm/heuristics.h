@@ -110,19 +110,25 @@ inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int blo
 // reduction, which reads every slice), each slice at least one round of a block's warps (256 k
 // of a row); more rows of x than a block's tiles take chunks of 8 `tiles` rows (grid z), each
 // reading W again (from L2). kp: K as the kernel reads it (the float32 form's padded K).
+// max_blocks (0: none): a grid that must be resident at once (a reader of the partials in the
+// same launch, after a grid-wide barrier) takes fewer slices, each longer, to stay within it.
 struct SkinnySlices {
   SkinnyShape shape;
   int slices, chunks;
   int64_t slice_k;  // k a slice reads: a multiple of 256, the last slice the rest
 };
-inline SkinnySlices skinny_partials_shape(int64_t m, int64_t n, int64_t kp, int sm_count) {
+inline SkinnySlices skinny_partials_shape(int64_t m, int64_t n, int64_t kp, int sm_count,
+                                          int64_t max_blocks = 0) {
   constexpr int64_t kRound = 256;  // 8 warps x 32 k
   const int tiles = m <= 8 ? 1 : m <= 16 ? 2 : 4;
   const int64_t chunks = tiles_of(m, 8 * tiles);
   const int64_t blocks = tiles_of(n, 16) * chunks;
   const int64_t rounds = tiles_of(kp, kRound);
   const int64_t want = tiles_of(2 * static_cast<int64_t>(sm_count), blocks);
-  const int64_t slices = want < 1 ? 1 : want > rounds ? rounds : want;
+  int64_t slices = want < 1 ? 1 : want > rounds ? rounds : want;
+  if (max_blocks > 0 && slices * blocks > max_blocks) {
+    slices = max_blocks / blocks < 1 ? 1 : max_blocks / blocks;
+  }
   const int64_t slice_k = tiles_of(rounds, slices) * kRound;
   return {{8, tiles, 1}, static_cast<int>(tiles_of(kp, slice_k)), static_cast<int>(chunks),
           slice_k};

@@ -42,6 +42,7 @@ void skinny_half_linear(const SkinnyOperands& ops, at::Tensor& y, int sm_count);
 // sums left as a K-slice partial in Partials3xFp16's layout, for the epilogue to sum as it reads
 // them (Partials3xFp16View; the float32 form's guarded rows are the epilogue's to recompute
 // exactly, as on the 3xFP16 engine's partials). y is never written; any number of rows.
+// skinny_half_launch.cuh's skinny_partials_then also runs the reader in the same launch.
 void skinny_partials(const SkinnyOperands& ops, int sm_count, Partials3xFp16& out);
 
 }  // namespace fusedops::cuda::gemm
