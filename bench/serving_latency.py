@@ -23,7 +23,9 @@ dtype, the CPU-side events (operators and CUDA runtime calls) of one call in ord
 timed together, median of 5 loops) for models 18 and 98, whose kernels take less time than
 their host work, so that the loop is host-bound: a bare torch.add on a 1 x 8 tensor (this
 machine's floor for any PyTorch operator call), the fused operator called through torch.ops
-with its arguments at hand, and the ModelNew call. (39's and 62's calls are GPU-bound: their
+with its arguments at hand (and with 0 rows of x: the dispatcher, the argument checks and the
+output's allocation, before any fold, plan or launch), and the ModelNew call (under no_grad,
+and with grad mode on as KernelBench calls it). (39's and 62's calls are GPU-bound: their
 host time is the `host` column.)
 """
 import argparse
@@ -139,12 +141,16 @@ def host_floor(models, dtypes):
             x = prob.make_input(1, dtype=getattr(torch, dname), device="cuda")
             op = getattr(torch.ops.fusedops, prob.op)
             args = (x, *OPERATOR_ARGS[key](new))
+            empty_args = (x[:0], *args[1:])
             with torch.no_grad():
                 direct = host_per_call_us(
                     lambda: op(*args, cache_folds=True, numerics="accurate"))
+                empty = host_per_call_us(
+                    lambda: op(*empty_args, cache_folds=True, numerics="accurate"))
                 module = host_per_call_us(lambda: new(x))
-            print(f"   {key} {dname} batch 1: torch.ops call {direct:.1f} us, "
-                  f"ModelNew call {module:.1f} us")
+            grad = host_per_call_us(lambda: new(x))
+            print(f"   {key} {dname} batch 1: torch.ops call {direct:.1f} us (with 0 rows "
+                  f"{empty:.1f}), ModelNew call {module:.1f} us ({grad:.1f} with grad mode on)")
             del new
             torch.cuda.empty_cache()
 
