@@ -31,8 +31,9 @@ void gelu_scale_max_partials(const gemm::Partials3xFp16& p, const at::Tensor& fo
                              const GeluScaleMaxArgs& args, at::Tensor& out);
 
 // The weight-streaming kernels' partials and this reader in one launch (the skinny fused
-// routes): false, with nothing launched, where the device cannot hold that grid at once (the
-// caller then runs gemm::skinny_partials and gelu_scale_max_partials).
+// routes): false, with nothing launched, where the device cannot hold that grid at once or
+// the runtime refuses the cooperative launch (the caller then runs gemm::skinny_partials and
+// gelu_scale_max_partials).
 bool gelu_scale_max_skinny(const gemm::SkinnyOperands& ops, int sm_count,
                            const at::Tensor& folded, const GeluScaleMaxArgs& args,
                            at::Tensor& out);

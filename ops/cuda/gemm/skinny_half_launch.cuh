@@ -71,10 +71,10 @@ struct SkinnyKernel {
 // unsplit); slice_k: the k of a slice (0: all of K). An epilogue that finishes the grid
 // (FinishesGrid) is launched cooperatively: the runtime refuses a grid that cannot be resident
 // at once (the caller sizes it by resident_blocks), where a plain launch would hang at the
-// barrier.
+// barrier; that refusal sets *refused where given, else it is an error.
 template <typename T, int kWarps, int kTiles, int kRowTiles, typename Epilogue>
 void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slices = 1,
-                  int chunks = 1, int64_t slice_k = 0) {
+                  int chunks = 1, int64_t slice_k = 0, bool* refused = nullptr) {
   using K = SkinnyKernel<T, kWarps, kTiles, kRowTiles, Epilogue>;
   using E = typename K::E;
   constexpr bool kPair = K::kPair;
@@ -108,8 +108,16 @@ void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slice
     config.stream = stream;
     config.attrs = &cooperative;
     config.numAttrs = 1;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, K::kKernel, xp, wp, m32, n32, k32, slice32,
-                                      epilogue, pair));
+    const cudaError_t launched = cudaLaunchKernelEx(&config, K::kKernel, xp, wp, m32, n32, k32,
+                                                    slice32, epilogue, pair);
+    // A share of the device smaller than the occupancy said (an MPS client's thread
+    // percentage): nothing ran; the caller takes its two-kernel path.
+    if (launched == cudaErrorCooperativeLaunchTooLarge && refused != nullptr) {
+      (void)cudaGetLastError();
+      *refused = true;
+      return;
+    }
+    C10_CUDA_CHECK(launched);
   } else {
     K::kKernel<<<grid, K::kThreads, K::kSmem, stream>>>(xp, wp, m32, n32, k32, slice32, epilogue,
                                                         pair);
@@ -237,8 +245,9 @@ void launch_skinny(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_c
 
 // skinny_partials (skinny_half.h), and with make (a callable from the partials' view to a
 // Finish) the partials' reader in the same launch, on a grid the device holds at once (fewer
-// K slices where needed: heuristics.h): false, launching and allocating nothing, where even
-// one slice is too many blocks (the caller then reads the partials itself).
+// K slices where needed: heuristics.h): false, launching nothing, where even one slice is too
+// many blocks or the runtime refuses the cooperative launch (the caller then reads the
+// partials itself).
 template <typename Make = std::nullptr_t>
 bool skinny_partials_then(const SkinnyOperands& ops, int sm_count, Partials3xFp16& out,
                           const Make& make = nullptr) {
@@ -281,7 +290,9 @@ bool skinny_partials_then(const SkinnyOperands& ops, int sm_count, Partials3xFp1
     if constexpr (kFinish) {
       const StorePartials<std::invoke_result_t<Make, const Partials3xFp16View&>> store{
           main, cross, count, make(out.view)};
-      launch_shape<T, 8, kT, 1>(ops, store, shape.slices, shape.chunks, shape.slice_k);
+      bool refused = false;
+      launch_shape<T, 8, kT, 1>(ops, store, shape.slices, shape.chunks, shape.slice_k, &refused);
+      if (refused) return;
     } else {
       launch_shape<T, 8, kT, 1>(ops, StorePartials<>{main, cross, count, {}}, shape.slices,
                                 shape.chunks, shape.slice_k);
