@@ -40,9 +40,11 @@ struct SkinnyKernel {
   static constexpr int kMaxDevices = 64;
 
   // The opt-in to more than 48 KiB of shared memory is a property of the function on a
-  // device, set once per device. Setting it twice from racing threads is harmless.
-  static void prepare(int device) {
+  // device, set once per device. Setting it twice from racing threads is harmless. A kernel
+  // within 48 KiB asks nothing (not even the device) on its launch path.
+  static void prepare() {
     if constexpr (kSmem > 48 * 1024) {
+      const int device = at::cuda::current_device();
       static std::atomic<bool> done[kMaxDevices] = {};
       if (device >= kMaxDevices || !done[device].load(std::memory_order_acquire)) {
         C10_CUDA_CHECK(
@@ -58,7 +60,7 @@ struct SkinnyKernel {
     static std::atomic<int> per_sm_plus_one[kMaxDevices] = {};
     int per_sm = device < kMaxDevices ? per_sm_plus_one[device].load() - 1 : -1;
     if (per_sm < 0) {
-      prepare(device);
+      prepare();
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads,
                                                                    kSmem));
       if (device < kMaxDevices) per_sm_plus_one[device].store(per_sm + 1);
@@ -78,7 +80,7 @@ void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slice
   using K = SkinnyKernel<T, kWarps, kTiles, kRowTiles, Epilogue>;
   using E = typename K::E;
   constexpr bool kPair = K::kPair;
-  K::prepare(at::cuda::current_device());
+  K::prepare();
   const at::Tensor& x = kPair ? ops.pair.x_pair : ops.x;
   const at::Tensor& w = kPair ? ops.pair.w_pair : ops.weight;
   PairArgs pair;
