@@ -7,8 +7,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
-#include <type_traits>
-
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
 #include "cuda/epilogues/gelu_scale_max_rows.cuh"
@@ -75,14 +73,10 @@ void gelu_scale_max_pass(const at::Tensor& p, const GeluScaleMaxArgs& a, at::Ten
 void gelu_scale_max_partials(const gemm::Partials3xFp16& p, const at::Tensor& folded,
                              const GeluScaleMaxArgs& a, at::Tensor& out) {
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(a.x.size(0), 1 << 20));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.x.scalar_type(), "gelu_scale_max_partials", [&] {
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      gelu_scale_max_partials_kernel<Unrounded, scalar_t>
-          <<<blocks, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-              gelu_scale_max_rows<scalar_t>(p.view, folded, a, out));
-    } else {
-      TORCH_INTERNAL_ASSERT(false, "fusedops: no float64 partials");
-    }
+  FUSEDOPS_DISPATCH_PARTIALS_TYPES(a.x.scalar_type(), "gelu_scale_max_partials", [&] {
+    gelu_scale_max_partials_kernel<Unrounded, scalar_t>
+        <<<blocks, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            gelu_scale_max_rows<scalar_t>(p.view, folded, a, out));
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

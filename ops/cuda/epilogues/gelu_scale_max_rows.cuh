@@ -4,6 +4,7 @@
 // the grid's GEMM, by the weight-streaming kernel's blocks themselves (gelu_scale_max_skinny.cu).
 #pragma once
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
 #include <type_traits>
@@ -129,6 +130,12 @@ struct GeluScaleMaxRows {
     run<Unrounded, kThreads>(block, static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
   }
 };
+
+// The dtypes of x a partials route takes (the engines' partials are float32 sums of float32,
+// float16 or bfloat16 operands; float64 never takes one: the planner's rule).
+#define FUSEDOPS_DISPATCH_PARTIALS_TYPES(TYPE, NAME, ...)                    \
+  AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__) \
+                                     AT_DISPATCH_CASE_REDUCED_FLOATING_TYPES(__VA_ARGS__))
 
 // The reader of one call's partials (view), for out (batch,) of x's dtype (scalar_t).
 template <typename scalar_t>

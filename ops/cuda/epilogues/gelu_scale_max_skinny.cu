@@ -13,15 +13,12 @@ namespace fusedops::cuda {
 bool gelu_scale_max_skinny(const gemm::SkinnyOperands& ops, int sm_count,
                            const at::Tensor& folded, const GeluScaleMaxArgs& a, at::Tensor& out) {
   bool done = false;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.x.scalar_type(), "gelu_scale_max_skinny", [&] {
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      gemm::Partials3xFp16 partials;
-      done = gemm::skinny_partials_then(ops, sm_count, partials,
-                                        [&](const gemm::Partials3xFp16View& view) {
-                                          return gelu_scale_max_rows<scalar_t>(view, folded, a,
-                                                                               out);
-                                        });
-    }
+  FUSEDOPS_DISPATCH_PARTIALS_TYPES(a.x.scalar_type(), "gelu_scale_max_skinny", [&] {
+    gemm::Partials3xFp16 partials;
+    done = gemm::skinny_partials_then(ops, sm_count, partials,
+                                      [&](const gemm::Partials3xFp16View& view) {
+                                        return gelu_scale_max_rows<scalar_t>(view, folded, a, out);
+                                      });
   });
   return done;
 }

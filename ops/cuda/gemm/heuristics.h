@@ -112,16 +112,18 @@ inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int blo
 // reading W again (from L2). kp: K as the kernel reads it (the float32 form's padded K).
 // max_blocks (0: none): a grid that must be resident at once (a reader of the partials in the
 // same launch, after a grid-wide barrier) takes fewer slices, each longer, to stay within it.
+// The kernel's 8-row tiles of x for a row reduction (blocks of 8 warps and 16 rows of W): one
+// up to 8 rows, two up to 16, four beyond (chunks of 32 rows).
+inline int skinny_partials_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
+
 struct SkinnySlices {
-  SkinnyShape shape;
   int slices, chunks;
   int64_t slice_k;  // k a slice reads: a multiple of 256, the last slice the rest
 };
 inline SkinnySlices skinny_partials_shape(int64_t m, int64_t n, int64_t kp, int sm_count,
                                           int64_t max_blocks = 0) {
   constexpr int64_t kRound = 256;  // 8 warps x 32 k
-  const int tiles = m <= 8 ? 1 : m <= 16 ? 2 : 4;
-  const int64_t chunks = tiles_of(m, 8 * tiles);
+  const int64_t chunks = tiles_of(m, 8 * skinny_partials_tiles(m));
   const int64_t blocks = tiles_of(n, 16) * chunks;
   const int64_t rounds = tiles_of(kp, kRound);
   const int64_t want = tiles_of(2 * static_cast<int64_t>(sm_count), blocks);
@@ -130,8 +132,7 @@ inline SkinnySlices skinny_partials_shape(int64_t m, int64_t n, int64_t kp, int 
     slices = max_blocks / blocks < 1 ? 1 : max_blocks / blocks;
   }
   const int64_t slice_k = tiles_of(rounds, slices) * kRound;
-  return {{8, tiles, 1}, static_cast<int>(tiles_of(kp, slice_k)), static_cast<int>(chunks),
-          slice_k};
+  return {static_cast<int>(tiles_of(kp, slice_k)), static_cast<int>(chunks), slice_k};
 }
 
 // The float32 skinny kernel (skinny.cu): the warps of a block that split K, the fewest that

@@ -259,20 +259,19 @@ bool skinny_partials_then(const SkinnyOperands& ops, int sm_count, Partials3xFp1
   const int64_t m = x.size(0), n = ops.weight.size(0), kp = pair ? ops.pair.kp : x.size(1);
   TORCH_INTERNAL_ASSERT(m >= 1 && m <= INT32_MAX && n <= INT32_MAX && kp > 0 &&
                         (pair ? 2 * kp : kp) <= INT32_MAX && kp % 8 == 0);
-  const SkinnySlices s = skinny_partials_shape(m, n, kp, sm_count);
   const int64_t count = m * n;
   bool launched = false;
   const auto with_tiles = [&](auto type, auto tiles) {
     using T = decltype(type);
     constexpr int kT = decltype(tiles)::value;
-    SkinnySlices shape = s;
-    if constexpr (kFinish) {  // the grid within what the device holds at once, or nothing
+    int64_t resident = 0;  // the grid within what the device holds at once, or nothing
+    if constexpr (kFinish) {
       using Store = StorePartials<std::invoke_result_t<Make, const Partials3xFp16View&>>;
-      const int64_t resident = SkinnyKernel<T, 8, kT, 1, Store>::resident_blocks(
-          at::cuda::current_device(), sm_count);
-      shape = skinny_partials_shape(m, n, kp, sm_count, resident);
-      if (tiles_of(n, 16) * shape.slices * shape.chunks > resident) return;
+      resident = SkinnyKernel<T, 8, kT, 1, Store>::resident_blocks(at::cuda::current_device(),
+                                                                  sm_count);
     }
+    const SkinnySlices shape = skinny_partials_shape(m, n, kp, sm_count, resident);
+    if (kFinish && tiles_of(n, 16) * shape.slices * shape.chunks > resident) return;
     const int cross_slices = pair ? shape.slices : 0;
     out.partials =
         at::empty({cross_slices + shape.slices, m, n}, x.options().dtype(at::kFloat));
@@ -302,7 +301,7 @@ bool skinny_partials_then(const SkinnyOperands& ops, int sm_count, Partials3xFp1
     launched = true;
   };
   with_kernel_type(ops, [&](auto t) {
-    switch (s.shape.tiles) {
+    switch (skinny_partials_tiles(m)) {
       case 1: return with_tiles(t, std::integral_constant<int, 1>{});
       case 2: return with_tiles(t, std::integral_constant<int, 2>{});
       default: return with_tiles(t, std::integral_constant<int, 4>{});
