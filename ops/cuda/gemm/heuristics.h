@@ -103,6 +103,10 @@ inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int blo
   return {8, 4, 4};
 }
 
+// The kernel's 8-row tiles of x for a row reduction (blocks of 8 warps and 16 rows of W): one
+// up to 8 rows, two up to 16, four beyond (chunks of 32 rows).
+inline int skinny_partials_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
+
 // The weight-streaming kernel writing K-slice partials for a row-reduction epilogue, which
 // sums the slices itself (skinny_half.h, skinny_partials): a narrow W (a pooled weight) gives
 // too few 16-row blocks to read W at HBM speed, so K is cut into slices (grid y) until the GPU
@@ -112,10 +116,6 @@ inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int blo
 // reading W again (from L2). kp: K as the kernel reads it (the float32 form's padded K).
 // max_blocks (0: none): a grid that must be resident at once (a reader of the partials in the
 // same launch, after a grid-wide barrier) takes fewer slices, each longer, to stay within it.
-// The kernel's 8-row tiles of x for a row reduction (blocks of 8 warps and 16 rows of W): one
-// up to 8 rows, two up to 16, four beyond (chunks of 32 rows).
-inline int skinny_partials_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
-
 struct SkinnySlices {
   int slices, chunks;
   int64_t slice_k;  // k a slice reads: a multiple of 256, the last slice the rest
