@@ -339,18 +339,18 @@ TEST(Heuristics, SplitKSlices) {
 // launch needs the whole grid at once) fewer, longer slices, never below one.
 TEST(Heuristics, SkinnyPartialsSlices) {
   using cuda::gemm::skinny_partials_shape;
-  using cuda::gemm::skinny_partials_tiles;
+  using cuda::gemm::skinny_tiles;
   using cuda::gemm::tiles_of;
   // Model 98's pooled weight (512 x 8192) on 132 SMs: 32 column tiles.
   auto s = skinny_partials_shape(1, 512, 8192, 132);
-  EXPECT_EQ(skinny_partials_tiles(1), 1);
+  EXPECT_EQ(skinny_tiles(1), 1);
   EXPECT_EQ(s.chunks, 1);
   EXPECT_EQ(s.slice_k, 1024);  // 264 blocks wanted, 9 slices: 4 of the 32 rounds each
   EXPECT_EQ(s.slices, 8);       // which 8 slices cover
   EXPECT_EQ(tiles_of(8192, s.slice_k), s.slices);
   s = skinny_partials_shape(40, 512, 8192, 132);  // two chunks of 32 rows: 64 blocks a slice
-  EXPECT_EQ(skinny_partials_tiles(40), 4);
-  EXPECT_EQ(skinny_partials_tiles(16), 2);
+  EXPECT_EQ(skinny_tiles(40), 4);
+  EXPECT_EQ(skinny_tiles(16), 2);
   EXPECT_EQ(s.chunks, 2);
   EXPECT_EQ(s.slices, 5);  // slices of 7 rounds (1792 k): 320 blocks, over 264
   const auto capped = skinny_partials_shape(40, 512, 8192, 132, 264);

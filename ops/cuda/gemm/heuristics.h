@@ -83,12 +83,16 @@ inline int skinny_warps(int64_t blocks, int sm_count) {
   return blocks * 16 >= want ? 16 : 32;
 }
 
+// The 8-row tiles of x a block of the half kernel takes for m rows: one up to 8 rows (half the
+// MMAs and x loads), two up to 16, four beyond (32 rows; a row reduction's partials take more
+// rows as chunks of 32).
+inline int skinny_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
+
 // float16/bfloat16 operands, m rows of x; block_rows: the rows of W a block must hold (a group
-// of columns an epilogue reduces; 16 where it needs none). One 8-row tile of x up to 8 rows
-// (half the MMAs and x loads), two up to 16, four up to 32 (the plain form).
+// of columns an epilogue reduces; 16 where it needs none); x's tiles as skinny_tiles says.
 inline SkinnyShape skinny_half_shape(int64_t m, int64_t n, int sm_count, int block_rows) {
   if (block_rows > 16) return {8, 2, block_rows / 16};
-  return {skinny_warps(tiles_of(n, 16), sm_count), m <= 8 ? 1 : m <= 16 ? 2 : 4, 1};
+  return {skinny_warps(tiles_of(n, 16), sm_count), skinny_tiles(m), 1};
 }
 
 // float32 as fp16 pairs (three products: twice the accumulators, so fewer rows a block):
@@ -102,10 +106,6 @@ inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int blo
   if (m <= 16) return {skinny_warps(tiles_of(n, 16), sm_count), 2, 1};
   return {8, 4, 4};
 }
-
-// The kernel's 8-row tiles of x for a row reduction (blocks of 8 warps and 16 rows of W): one
-// up to 8 rows, two up to 16, four beyond (chunks of 32 rows).
-inline int skinny_partials_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
 
 // The weight-streaming kernel writing K-slice partials for a row-reduction epilogue, which
 // sums the slices itself (skinny_half.h, skinny_partials): a narrow W (a pooled weight) gives
@@ -123,7 +123,7 @@ struct SkinnySlices {
 inline SkinnySlices skinny_partials_shape(int64_t m, int64_t n, int64_t kp, int sm_count,
                                           int64_t max_blocks = 0) {
   constexpr int64_t kRound = 256;  // 8 warps x 32 k
-  const int64_t chunks = tiles_of(m, 8 * skinny_partials_tiles(m));
+  const int64_t chunks = tiles_of(m, 8 * skinny_tiles(m));
   const int64_t blocks = tiles_of(n, 16) * chunks;
   const int64_t rounds = tiles_of(kp, kRound);
   const int64_t want = tiles_of(2 * static_cast<int64_t>(sm_count), blocks);

@@ -301,7 +301,7 @@ bool skinny_partials_then(const SkinnyOperands& ops, int sm_count, Partials3xFp1
     launched = true;
   };
   with_kernel_type(ops, [&](auto t) {
-    switch (skinny_partials_tiles(m)) {
+    switch (skinny_tiles(m)) {
       case 1: return with_tiles(t, std::integral_constant<int, 1>{});
       case 2: return with_tiles(t, std::integral_constant<int, 2>{});
       default: return with_tiles(t, std::integral_constant<int, 4>{});
