@@ -257,12 +257,16 @@ constexpr int64_t kCachedK = 4 * kThreads * kCachedVectors;
 
 // The activation's split with its range guard, one pass over x, block per row: the row's range
 // gives its scale or its place on the guard's list (GuardLayout); then the row is split, from
-// registers (rows up to kCachedK) or from a second read that hits L2. The guard's count must be
-// zero on entry. kSplit: kPairHiFirst (three products) or kHiOnly (one or two).
+// registers (rows up to kCachedK) or from a second read that hits L2. Where list_rows, the
+// guarded rows are also listed, for fixup_rows_kernel and the moments' changed rows: the
+// guard's count must then be zero on entry. The partials' readers test alpha alone, so their
+// split lists nothing and needs no zeroed count (a memset launch less a call). kSplit:
+// kPairHiFirst (three products) or kHiOnly (one or two).
 template <Split kSplit>
 __global__ void __launch_bounds__(kThreads)
 split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t rows, int64_t k,
-                  int64_t kp, int* __restrict__ guard, const int* __restrict__ weight_state) {
+                  int64_t kp, int* __restrict__ guard, const int* __restrict__ weight_state,
+                  bool list_rows) {
   __shared__ float scratch[kThreads / kWarpSize];
   __shared__ int row_shift;
   __shared__ bool zero_row;
@@ -299,7 +303,7 @@ split_rows_kernel(const float* __restrict__ x, __half* __restrict__ dst, int64_t
                         (m > 0.0f && least < ldexpf(m, -kRowSpreadBits));
       alpha[row] = zero ? 0.0f : ldexpf(1.0f, -total);
       beta[row] = zero ? 0.0f : ldexpf(kCrossWeight, -total);
-      if (zero) listed[atomicAdd(guard, 1)] = static_cast<int>(row);
+      if (zero && list_rows) listed[atomicAdd(guard, 1)] = static_cast<int>(row);
       row_shift = shift;
       zero_row = zero;
     }
@@ -438,7 +442,7 @@ struct Operands {
 };
 
 bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
-                    bool cache_folds, Products products, Operands& ops) {
+                    bool cache_folds, Products products, bool list_rows, Operands& ops) {
   const int64_t m = x.size(0), k = x.size(1), kp = padded_k(k);
   const PreparedWeight prepared = PreparedWeight::of(
       fold_weights(kSplit3xFp16Fold, kp, {weight_key}, cache_folds,
@@ -448,7 +452,9 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   const GuardLayout layout{m};
   ops.guard = at::empty({layout.size()}, x.options().dtype(at::kInt));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  C10_CUDA_CHECK(cudaMemsetAsync(ops.guard.data_ptr<int>(), 0, sizeof(int), stream));
+  if (list_rows) {
+    C10_CUDA_CHECK(cudaMemsetAsync(ops.guard.data_ptr<int>(), 0, sizeof(int), stream));
+  }
   const Split split = products == Products::kThree ? Split::kPairHiFirst : Split::kHiOnly;
   ops.lda = split_width(split, kp);
   ops.x_split = at::empty({m, ops.lda}, x.options().dtype(at::kHalf));
@@ -456,7 +462,7 @@ bool split_operands(const at::Tensor& x, const at::Tensor& weight, const at::Ten
                                          : split_rows_kernel<Split::kPairHiFirst>;
   kernel<<<grid_rows(m), kThreads, 0, stream>>>(
       x.data_ptr<float>(), reinterpret_cast<__half*>(ops.x_split.data_ptr<at::Half>()), m, k, kp,
-      ops.guard.data_ptr<int>(), prepared.state.data_ptr<int>());
+      ops.guard.data_ptr<int>(), prepared.state.data_ptr<int>(), list_rows);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -507,7 +513,10 @@ void with_sizes(int64_t m, int64_t n, int64_t k, F&& f) {
 bool split_pair(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
                 bool cache_folds, SplitPair& out) {
   Operands ops;
-  if (!split_operands(x, weight, weight_key, cache_folds, Products::kThree, ops)) return false;
+  if (!split_operands(x, weight, weight_key, cache_folds, Products::kThree,
+                      /*list_rows=*/false, ops)) {
+    return false;
+  }
   out = {ops.x_split, ops.w_pair, ops.guard, padded_k(x.size(1))};
   return true;
 }
@@ -517,7 +526,9 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
                                int sm_count, Partials3xFp16& out) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1);
   Operands ops;
-  if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
+  if (!split_operands(x, weight, weight_key, cache_folds, products, /*list_rows=*/false, ops)) {
+    return false;
+  }
   const Fp16Slices slices = fp16_engine_slices(m, n, k, products, /*partials=*/true, sm_count);
   with_sizes(m, n, k, [&] { run_partials(ops, m, n, padded_k(k), slices, sm_count, out); });
   return true;
@@ -532,7 +543,9 @@ bool run_3xfp16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
                 TileMoments* moments, at::Tensor* guard) {
   const int64_t m = x.size(0), n = weight.size(0), k = x.size(1), kp = padded_k(k);
   Operands ops;
-  if (!split_operands(x, weight, weight_key, cache_folds, products, ops)) return false;
+  if (!split_operands(x, weight, weight_key, cache_folds, products, /*list_rows=*/true, ops)) {
+    return false;
+  }
   if (guard != nullptr) *guard = ops.guard;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const GuardLayout layout{m};

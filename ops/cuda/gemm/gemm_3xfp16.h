@@ -18,9 +18,10 @@
 //                       then splits the row (the second read hits L2); no host sync.
 //   range guard         rows of x the split cannot carry at float32 accuracy (inf/nan; a row
 //                       whose nonzero values span more than 2^30; a row whose scale would leave
-//                       float32's normal range) get alpha = 0, are listed on the GPU and are
-//                       recomputed exactly in float64 afterwards (fixup_rows, or the fused
-//                       epilogue of an operator: epilogue_3xfp16.cuh). A weight that fails the
+//                       float32's normal range) get alpha = 0 and are recomputed exactly in
+//                       float64 afterwards: listed on the GPU for fixup_rows where the engine
+//                       writes y, found by their alpha in the fused epilogue of an operator
+//                       (epilogue_3xfp16.cuh). A weight that fails the
 //                       same check guards every row until its verdict, copied to the host
 //                       asynchronously, is there; from then on its GEMMs take the exact cuBLAS
 //                       path instead (the plan's fallback, cuda/linear.cu).
@@ -81,7 +82,7 @@ bool linear_nt_1xfp16_moments(const at::Tensor& x, const at::Tensor& weight,
 struct Partials3xFp16 {
   at::Tensor partials;  // float32, (cross_slices + main_slices) slices of M x N, cross first
                         // (no cross slices in the one-product form)
-  at::Tensor guard;     // per-row alpha and beta, guarded rows (GuardLayout)
+  at::Tensor guard;     // per-row alpha and beta (GuardLayout; no list: alpha 0 marks a row)
   Partials3xFp16View view;  // y's values as an epilogue reads them (pointers into the above)
 };
 
@@ -97,7 +98,7 @@ bool linear_nt_3xfp16_partials(const at::Tensor& x, const at::Tensor& weight,
 struct SplitPair {
   at::Tensor x_pair;  // (M, 2 kp) fp16: [hi | lo], each row scaled by its own power of two
   at::Tensor w_pair;  // (N, 2 kp) fp16: [lo | hi], scaled once (W's cached fold)
-  at::Tensor guard;   // the rows' alpha and beta, and the guarded rows (GuardLayout)
+  at::Tensor guard;   // the rows' alpha and beta (GuardLayout; no list: alpha 0 marks a row)
   int64_t kp = 0;
 };
 bool split_pair(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_key,
