@@ -209,9 +209,10 @@ __device__ __forceinline__ void finish_training_column(
 }
 
 // Finish, per column: the normalize pass's (center, multiplier), out = (z - center) * mul +
-// beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)).
-// Training: from the batch's mean and biased variance of z (summed over the slices), and the
-// running-statistics update. Eval: from the running statistics.
+// beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)),
+// from the batch's mean and biased variance of z (summed over the slices), and the
+// running-statistics update. Training only: in eval mode the normalize pass reads the running
+// statistics itself (RunningColumns).
 template <typename scalar_t, typename ys_t, typename Z, typename y_t = acc_t<scalar_t>>
 __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                               const scalar_t* __restrict__ scale, ScaleView sv,
@@ -220,15 +221,11 @@ __global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __rest
                               const scalar_t* __restrict__ gamma,
                               scalar_t* __restrict__ running_mean,
                               scalar_t* __restrict__ running_var, const int64_t* nbt_read,
-                              double momentum, double eps, bool training, bool stats_of_y,
+                              double momentum, double eps, bool stats_of_y,
                               y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
                               int64_t n) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
-  if (!training) {
-    Math::eval_column(running_mean[j], running_var[j], gamma[j], eps, center[j], mul[j]);
-    return;
-  }
   double sum = 0.0, sq = 0.0;
   for (int s = 0; s < slices; ++s) {
     sum += partial_sum[s * n + j];
@@ -322,13 +319,26 @@ tile_moments_kernel(const float* __restrict__ y, int64_t batch, int64_t n, int64
   tile_m2[t * n + j] = static_cast<float>(m2);
 }
 
+// Eval mode's source of a column's (center, multiplier): the running statistics, read where
+// they are used. The normalize pass takes them itself: a finish pass of its own would cost a
+// launch and two allocations a call for a few operations a column.
+template <typename scalar_t>
+struct RunningColumns {
+  const scalar_t* mean;
+  const scalar_t* var;
+  const scalar_t* gamma;
+  double eps;
+};
+
 // Normalize: out = (z - center_j) * mul_j + beta_j; blockIdx.x tiles the columns (V a
-// thread), blockIdx.y strides over rows: no per-element division.
+// thread), blockIdx.y strides over rows: no per-element division. center and mul null: eval
+// mode, from the running statistics (Math::eval_column, as the skinny kernel's epilogue).
 template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
           typename y_t = acc_t<scalar_t>>
 __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                                  const scalar_t* __restrict__ scale, ScaleView sv,
                                  const y_t* __restrict__ center, const y_t* __restrict__ mul,
+                                 RunningColumns<scalar_t> running,
                                  const scalar_t* __restrict__ beta, scalar_t* __restrict__ out,
                                  int64_t batch, int64_t n, int64_t* counter) {
   count_batch(counter);
@@ -337,8 +347,13 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
   y_t c[V], m[V], be[V];
 #pragma unroll
   for (int e = 0; e < V; ++e) {
-    c[e] = center[j0 + e];
-    m[e] = mul[j0 + e];
+    if (center != nullptr) {
+      c[e] = center[j0 + e];
+      m[e] = mul[j0 + e];
+    } else {
+      Math::eval_column(running.mean[j0 + e], running.var[j0 + e], running.gamma[j0 + e],
+                        running.eps, c[e], m[e]);
+    }
     be[e] = static_cast<y_t>(beta[j0 + e]);
   }
   const ColumnScales<scalar_t, V> scales(scale, sv, j0);
@@ -547,42 +562,44 @@ struct Passes {
   template <typename ys_t, int V, bool kOfY, typename Z>
   void streaming() {
     const ys_t* yp = y.template data_ptr<ys_t>();
-    const auto options = out.options().dtype(c10::CppTypeToScalarType<y_t>::value);
-    at::Tensor center = at::empty({n()}, options);
-    at::Tensor mul = at::empty({n()}, options);
-    if (args.training && tiles != nullptr) {
-      if constexpr (kOfY && std::is_same_v<ys_t, float> && std::is_same_v<y_t, float>) {
-        from_tiles(center.data_ptr<float>(), mul.data_ptr<float>());
+    at::Tensor center, mul;  // training: the finish's (center, multiplier) per column
+    if (args.training) {
+      const auto options = out.options().dtype(c10::CppTypeToScalarType<y_t>::value);
+      center = at::empty({n()}, options);
+      mul = at::empty({n()}, options);
+      if (tiles != nullptr) {
+        if constexpr (kOfY && std::is_same_v<ys_t, float> && std::is_same_v<y_t, float>) {
+          from_tiles(center.data_ptr<float>(), mul.data_ptr<float>());
+        } else {
+          TORCH_INTERNAL_ASSERT(false,
+                                "fusedops: tile moments need a float32 y and its statistics");
+        }
       } else {
-        TORCH_INTERNAL_ASSERT(false, "fusedops: tile moments need a float32 y and its statistics");
-      }
-    } else {
-      int slices = 0;  // eval: none, the finish reads the running statistics
-      at::Tensor partial;
-      double* partial_sum = nullptr;
-      double* partial_sq = nullptr;
-      if (args.training) {
-        slices = static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
-        partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
-        partial_sum = partial.data_ptr<double>();
-        partial_sq = partial_sum + slices * n();
+        const int slices =
+            static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
+        const at::Tensor partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
+        double* partial_sum = partial.data_ptr<double>();
+        double* partial_sq = partial_sum + slices * n();
         const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kStatThreadsX)), slices);
         column_moments_kernel<scalar_t, ys_t, V, kOfY, Z>
             <<<grid, dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
                 yp, bias, scale, sv, partial_sum, partial_sq, batch(), n());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
+        finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
+            yp, bias, scale, sv, partial_sum, partial_sq, slices,
+            args.gamma.template data_ptr<scalar_t>(), running_mean, running_var, nbt_read(),
+            args.momentum.value_or(0.0), args.eps, kOfY, center.data_ptr<y_t>(),
+            mul.data_ptr<y_t>(), batch(), n());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
-      finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
-          yp, bias, scale, sv, partial_sum, partial_sq, slices,
-          args.gamma.template data_ptr<scalar_t>(), running_mean, running_var, nbt_read(),
-          args.momentum.value_or(0.0), args.eps, args.training, kOfY, center.data_ptr<y_t>(),
-          mul.data_ptr<y_t>(), batch(), n());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
+    const RunningColumns<scalar_t> running{running_mean, running_var,
+                                           args.gamma.template data_ptr<scalar_t>(), args.eps};
     const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kThreads)),
                     static_cast<unsigned>(std::min<int64_t>(batch(), 1024)));
     normalize_kernel<scalar_t, ys_t, V, kOfY, Z><<<grid, kThreads, 0, stream>>>(
-        yp, bias, scale, sv, center.data_ptr<y_t>(), mul.data_ptr<y_t>(),
+        yp, bias, scale, sv, args.training ? center.data_ptr<y_t>() : nullptr,
+        args.training ? mul.data_ptr<y_t>() : nullptr, running,
         args.beta.template data_ptr<scalar_t>(), out.template data_ptr<scalar_t>(), batch(), n(),
         args.training ? nbt() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
