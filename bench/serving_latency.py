@@ -3,7 +3,7 @@ under torch.no_grad(), as a server calls it, next to eager PyTorch, a CUDA-graph
 same call (the GPU's share alone) and the host time of the call.
 
     python bench/serving_latency.py [--models 18,98,39,62] [--dtypes float32,float16,bfloat16]
-        [--batches 1,2,4,8,16,32,64,128,256] [--reps 50] [--json FILE] [--host-profile]
+        [--batches 1,2,4,8,16,32,64,128,256] [--reps 50] [--json FILE] [--host-profile [BATCHES]]
         [--flush write|read] [--host-floor]
 
 Per row: `call` = CUDA events around one Python call on an idle GPU (the host work before the
@@ -17,8 +17,9 @@ replays graphs pays (--no-graph leaves out both graph columns). `floor` = one re
 weights the call must read at --hbm-tbs. `before` = the same call on the route those sizes took
 before the weight-streaming tensor-core kernel, timed in the same run: float16/bfloat16 with
 FUSEDOPS_HALF_GEMM=cublas, float32 with FUSEDOPS_FP32_GEMM=ieee (SGEMM, or the float32 skinny
-kernel at 1-4 rows). --host-profile prints, for batch 1 of each model and
-dtype, the CPU-side events (operators and CUDA runtime calls) of one call in order.
+kernel at 1-4 rows). --host-profile prints, for batch 1 of each model and dtype (or each of
+BATCHES, e.g. 16,17 across a change of route), the CPU-side events (operators and CUDA runtime
+calls) of one call in order.
 --host-floor prints first what one call costs the host when calls run back to back (2000 calls
 timed together, median of 5 loops) for models 18 and 98, whose kernels take less time than
 their host work, so that the loop is host-bound: a bare torch.add on a 1 x 8 tensor (this
@@ -182,7 +183,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--hbm-tbs", type=float, default=3.35)
     p.add_argument("--json", default=None)
-    p.add_argument("--host-profile", action="store_true")
+    p.add_argument("--host-profile", nargs="?", const="1", default=None, metavar="BATCHES",
+                   help="the host events of one call at these batches (default 1)")
     p.add_argument("--no-graph", action="store_true")
     p.add_argument("--flush", choices=("write", "read"), default="write",
                    help="how L2 is emptied before each call of 39 and 62 (see flush_l2)")
@@ -195,6 +197,7 @@ def main(argv=None):
     if args.host_floor:
         host_floor(args.models.split(","), args.dtypes.split(","))
     flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    profiled = {int(b) for b in args.host_profile.split(",")} if args.host_profile else set()
     rows = []
     print(f"{'model':>5} {'dtype':>9} {'batch':>5} {'call':>8} {'host':>8} {'graph':>8} "
           f"{'gcall':>8} "
@@ -213,7 +216,7 @@ def main(argv=None):
             for batch in [int(b) for b in args.batches.split(",")]:
                 x = prob.make_input(batch, dtype=dtype, device="cuda")
                 with torch.no_grad():
-                    if args.host_profile and batch == 1:
+                    if batch in profiled:
                         host_profile(f"{key} {dname} batch {batch}", lambda: new(x))
                     for _ in range(3):
                         new(x), ref(x)
