@@ -254,6 +254,18 @@ def test_skinny_half_deterministic_and_on_a_side_stream(dtype, case):
     assert torch.equal(first, again) and torch.equal(first, on_side)
 
 
+def _kernels_of_one_call(new, ref, ref64, x):
+    """The CUDA kernels one no_grad call of `new` runs, its output checked against the reference
+    in x's dtype and in float64."""
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = new(x)
+            torch.cuda.synchronize()
+        assert_contract(out, ref(x), ref64(x.double()))
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 @pytest.mark.parametrize("init_args", [SIZES["98r"], (8192, 8192, 16, 2.0)], ids=["odd", "default"])
 @pytest.mark.parametrize("dtype,batch", [(d, b) for d in (torch.float16, torch.bfloat16)
                                          for b in (1, 8, 40, 100)] +
@@ -272,14 +284,7 @@ def test_98_at_few_rows_reads_its_partials_in_the_same_launch(dtype, batch, init
     x = make_input((batch, init_args[0]), "randn", dtype=dtype, device="cuda")
     route = fusedops.explain(new, x)[0]
     assert "skinny-half-fused" in route or "skinny-3xfp16-fused" in route, route
-    with torch.no_grad():
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = new(x)
-            torch.cuda.synchronize()
-        assert_contract(out, ref(x), ref64(x.double()))
-    kernels = [e.name for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = _kernels_of_one_call(new, ref, ref64, x)
     assert sum("gemv_half_kernel" in k for k in kernels) == 1, kernels
     assert not any("gelu_scale_max_partials_kernel" in k or "gelu_scale_max_kernel" in k
                    for k in kernels), kernels
@@ -307,14 +312,7 @@ def test_39_in_eval_mode_normalizes_in_one_pass_after_the_gemm(batch, dtype, num
     before = {k: v.clone() for k, v in new.state_dict().items()}
     x = make_input((batch, init_args[0]), "randn", dtype=dtype, device="cuda")
     route = fusedops.explain(new, x)[0]
-    with torch.no_grad():
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = new(x)
-            torch.cuda.synchronize()
-        assert_contract(out, ref(x), ref64(x.double()))
-    kernels = [e.name for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = _kernels_of_one_call(new, ref, ref64, x)
     assert not any("finish_kernel" in k or "finish_tiles_kernel" in k for k in kernels), kernels
     if "fused" not in route.split(": ")[1].split(" ")[0]:  # the GEMM, then the pass over y
         assert sum("normalize_kernel" in k for k in kernels) == 1, (route, kernels)
