@@ -180,7 +180,11 @@ int pair_main(Timer& timer) {
         run("16r x 8w u2", [&] { skinny_pair<8, kT, 1, 2>(x, w, alpha, beta, y, m, n, k); });
         run("16r x 8w u1", [&] { skinny_pair<8, kT, 1, 1>(x, w, alpha, beta, y, m, n, k); });
         run("32r x 8w u1", [&] { skinny_pair<8, kT, 2, 1>(x, w, alpha, beta, y, m, n, k); });
-        run("32r x 16w u1", [&] { skinny_pair<16, kT, 2, 1>(x, w, alpha, beta, y, m, n, k); });
+        // Sixteen warps' two sets of 32 x 64 sums (m > 32) are 256 KiB: more than a block's
+        // shared memory on Hopper (227 KiB), a launch the driver refuses.
+        if constexpr (gemv_half_smem_bytes<16, kT, 2, true>() <= 227 * 1024) {
+          run("32r x 16w u1", [&] { skinny_pair<16, kT, 2, 1>(x, w, alpha, beta, y, m, n, k); });
+        }
         if constexpr (kT <= 4) {
           run("32r x 8w u2", [&] { skinny_pair<8, kT, 2, 2>(x, w, alpha, beta, y, m, n, k); });
           run("64r x 8w u1", [&] { skinny_pair<8, kT, 4, 1>(x, w, alpha, beta, y, m, n, k); });
