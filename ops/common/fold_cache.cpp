@@ -310,18 +310,25 @@ ComputeScope::ComputeScope() : outer(t_computing) { t_computing = true; }
 ComputeScope::~ComputeScope() { t_computing = outer; }
 
 const FoldTensors* Slot::hit() {
-  if (entry_ == nullptr) return nullptr;
-  if (!entry_->matches(sources_)) {
-    // Stale (the weights changed): freed once the lock is released; streams still reading it
-    // keep its memory (recordStream).
+  while (entry_ != nullptr && !entry_->matches(sources_)) {
+    // Stale (the weights changed): freed before its replacement is computed, so that a weight's
+    // old and new folds are never live together (a training step changes W every step, and a
+    // 3xFP16 pair is W's size: holding both raised the step's peak by that much). Freed with the
+    // weight's lock released (a fold's tensor may anchor folds of its own, whose destructor
+    // takes the registry lock, which clear_fold_cache() takes before a weight's); streams still
+    // reading it keep its memory (recordStream). Another thread may store the new fold
+    // meanwhile: the lookup is made again.
     auto& entries = anchor_->entries;
     const auto it = std::find_if(entries.begin(), entries.end(),
                                  [&](const auto& e) { return e.get() == entry_; });
-    retired_.push_back(std::move(*it));
+    std::unique_ptr<Entry> stale = std::move(*it);
     entries.erase(it);
-    entry_ = nullptr;
-    return nullptr;
+    lock_.unlock();
+    stale.reset();
+    lock_.lock();
+    entry_ = anchor_->find(kind_, param_, sources_);
   }
+  if (entry_ == nullptr) return nullptr;
   entry_->last_use = ++anchor_->uses;
 #if FUSEDOPS_WITH_CUDA
   if (entry_->on_cuda()) entry_->make_readable_on_current_stream();

@@ -132,7 +132,7 @@ class Slot {
   int64_t param_;
   c10::ArrayRef<at::Tensor> sources_;
   c10::intrusive_ptr<Anchor> anchor_;  // null: not cacheable, compute every time
-  // Stale or evicted folds, freed after the lock is released.
+  // Folds evicted for room, freed after the lock is released.
   std::vector<std::unique_ptr<Entry>> retired_;
   std::unique_lock<std::mutex> lock_;
   Entry* entry_ = nullptr;

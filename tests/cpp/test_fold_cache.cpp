@@ -74,6 +74,26 @@ TEST(FoldCache, InPlaceWriteOfEitherSourceRecomputes) {
   EXPECT_EQ(fold.calls, 3);
 }
 
+// A weight that changes every step (training) refolds every step: its old fold is freed before
+// the new one is computed, so that the two are never held together.
+TEST(FoldCache, AStaleFoldIsFreedBeforeItsReplacementIsComputed) {
+  at::Tensor w = at::randn({256, 128}, at::kDouble);
+  const at::Tensor b = at::randn({256}, at::kDouble);
+  CountingFold fold;
+  const int64_t before = fold_cache_stats().bytes;
+  lookup(w, b, fold);
+  ASSERT_GT(fold_cache_stats().bytes, before);
+  w.add_(1);
+  int64_t held_while_refolding = -1;
+  const FoldTensors refolded = fold_weights(kTestFold, 0, {w, b}, true, [&] {
+    held_while_refolding = fold_cache_stats().bytes - before;
+    return fold(w, b);
+  });
+  EXPECT_EQ(held_while_refolding, 0);
+  EXPECT_TRUE(at::allclose(refolded[0], w.sum(0)));
+  EXPECT_EQ(fold.calls, 2);
+}
+
 TEST(FoldCache, ADetachedAliasIsAnotherTensor) {
   const at::Tensor w = at::randn({16, 8}, at::kDouble);
   const at::Tensor b = at::randn({16}, at::kDouble);

@@ -634,6 +634,34 @@ def test_kept_y_is_freed_with_the_graph(key):
         assert torch.cuda.memory_allocated() == baseline + grads
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["39", "62"])
+def test_a_training_step_refolds_w_in_the_memory_of_its_old_fold(key):
+    """Each optimizer step changes W and the next forward refolds it (float32: W's 3xFP16 pair,
+    W's size): the stale fold is freed before the new one is made, so the forward holds one
+    fold of W, not two (issue 40: a float32 step's peak was the reference's plus W's size)."""
+    init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 32)}[key]
+    _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
+    x = make_input((1024, 8192), "randn", device="cuda")
+    optimizer = torch.optim.SGD(new.parameters(), lr=1e-6)
+    w_bytes = next(p for p in new.parameters() if p.dim() == 2).numel() * 4
+    for _ in range(2):
+        new(x).float().square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    held = ops.fold_cache_stats()["bytes"]
+    assert held >= w_bytes, held  # the step folds W (else this test would test nothing)
+    baseline = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = new(x)
+    torch.cuda.synchronize()
+    assert ops.fold_cache_stats()["bytes"] == held  # refolded in place of the old fold
+    peak = torch.cuda.max_memory_allocated() - baseline
+    assert peak < w_bytes, (peak, w_bytes)
+    assert torch.isfinite(y).all()
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)
