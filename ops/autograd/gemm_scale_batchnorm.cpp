@@ -95,7 +95,9 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     return out;
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+  // grad_outputs by reference: autograd hands the node its only handle (CppNode), and the
+  // backward drops it once consumed (below).
+  static variable_list backward(AutogradContext* ctx, variable_list& grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
     if (autograd::recomputes(ctx, saved[0])) return by_recompute(ctx, saved, grad_outputs);
     const bool training = ctx->saved_data["training"].toBool();
@@ -111,9 +113,13 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     // The reference's ops and their backward formulas, in its order: the Linear (its y kept
     // from the forward, or recomputed), * scale, and batch_norm through the implementation it
     // picks (cuDNN's where it is enabled, as F.batch_norm).
-    const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
+    variable_list grads(14);  // x, weight, bias, scale, bn_weight, bn_bias; none for the rest
     at::Tensor dz, dgamma, dbeta;
     {
+      // y (a fresh y + b where the kept y has no bias) and the gradient given live only until
+      // scale's gradient: the Linear's GEMMs below run without them, as autograd's engine frees
+      // the reference's saved activations node by node (a step's peak is at W's gradient).
+      const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
       const at::Tensor z = y * scale;
       auto [out, save_mean, save_var_transform, reserve, impl_index] = at::_batch_norm_impl_index(
           z, gamma, beta, running_mean, running_var, training, /*momentum=*/0.0, eps,
@@ -137,9 +143,9 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
             g, z, gamma, running_mean, running_var, save_mean, save_var_transform, training, eps,
             {true, true, true});
       }
+      grad_outputs[0].reset();
+      if (ctx->needs_input_grad(3)) grads[3] = at::sum_to(dz * y, scale.sym_sizes());
     }
-    variable_list grads(14);  // x, weight, bias, scale, bn_weight, bn_bias; none for the rest
-    if (ctx->needs_input_grad(3)) grads[3] = at::sum_to(dz * y, scale.sym_sizes());
     const at::Tensor& dy = dz.mul_(scale);  // mul's gradient, in place: dz is not needed again
     autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
     if (ctx->needs_input_grad(4)) grads[4] = dgamma;

@@ -22,6 +22,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <tuple>
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
@@ -61,7 +62,9 @@ class MatmulGroupnormLeakyreluSumFunction
     return out;
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+  // grad_outputs by reference: autograd hands the node its only handle (CppNode), and the
+  // backward drops it once consumed (below).
+  static variable_list backward(AutogradContext* ctx, variable_list& grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
     if (autograd::recomputes(ctx, saved[0])) return by_recompute(ctx, saved, grad_outputs);
     const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
@@ -71,10 +74,17 @@ class MatmulGroupnormLeakyreluSumFunction
                      &beta = saved[4];
     // In the forward's dtype (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias)
-                             .to(gamma.scalar_type());
-    auto [dy, dgamma, dbeta] = fusedops::groupnorm_leakyrelu_sum_backward(
-        grad_outputs[0], y, gamma, beta, num_groups, eps, negative_slope);
+    at::Tensor dy, dgamma, dbeta;
+    {
+      // y (a fresh y + b where the kept y has no bias) and the gradient given live only until
+      // y's gradient: the Linear's GEMMs below run without them, as autograd's engine frees the
+      // reference's saved activations node by node (a step's peak is at W's gradient).
+      const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias)
+                               .to(gamma.scalar_type());
+      std::tie(dy, dgamma, dbeta) = fusedops::groupnorm_leakyrelu_sum_backward(
+          grad_outputs[0], y, gamma, beta, num_groups, eps, negative_slope);
+      grad_outputs[0].reset();
+    }
     // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
     // cache_folds, numerics. (needs_input_grad counts the tensor arguments alone.)
     variable_list grads(10);

@@ -662,6 +662,33 @@ def test_a_training_step_refolds_w_in_the_memory_of_its_old_fold(key):
     assert torch.isfinite(y).all()
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["39", "62"])
+def test_a_float32_backward_holds_no_activation_past_its_use(key):
+    """A float32 step's peak is at W's gradient (issue 40). There the reference's engine holds
+    its output and dY; the fused node's backward may add only what its route needs: the kept y
+    (saved), dY^T made contiguous and the 3xFP16 engine's fp16 pairs of dY^T and x. The gradient
+    it was given and a recomputed y + b are freed before the Linear's GEMMs."""
+    init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 32)}[key]
+    ref, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
+    m, n, k = 1024, init_args[1], init_args[0]
+    x = make_input((m, k), "randn", device="cuda")
+    peaks = {}
+    for name, model in (("ref", ref), ("new", new)):
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            loss = model(x).float().square().mean()
+            torch.cuda.synchronize()
+            start = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            loss.backward()
+            torch.cuda.synchronize()
+            peaks[name] = torch.cuda.max_memory_allocated() - start
+        del loss
+    allowance = 4 * m * n + 4 * m * n + 4 * (m * n + m * k)  # kept y, dY^T, the two fp16 pairs
+    assert peaks["new"] <= peaks["ref"] + allowance, (peaks, allowance)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)
