@@ -313,7 +313,7 @@ const FoldTensors* Slot::hit() {
   while (entry_ != nullptr && !entry_->matches(sources_)) {
     // Stale (the weights changed): freed before its replacement is computed, so that a weight's
     // old and new folds are never live together (a training step changes W every step, and a
-    // 3xFP16 pair is W's size: holding both raised the step's peak by that much). Freed with the
+    // 3xFP16 pair is W's size: holding both doubled what the refold held). Freed with the
     // weight's lock released (a fold's tensor may anchor folds of its own, whose destructor
     // takes the registry lock, which clear_fold_cache() takes before a weight's); streams still
     // reading it keep its memory (recordStream). Another thread may store the new fold

@@ -345,6 +345,33 @@ TEST(FoldCache, ConcurrentFirstLookupsComputeOnce) {
   for (const auto& r : results) EXPECT_TRUE(r[0].is_same(results[0][0]));
 }
 
+// The stale fold is freed with the weight's lock released: concurrent lookups after a weight
+// change still compute its new fold once, and all get that one.
+TEST(FoldCache, ConcurrentLookupsAfterAChangeRefoldOnce) {
+  at::Tensor w = at::randn({256, 128});
+  const at::Tensor b = at::randn({256});
+  std::atomic<int> calls{0};
+  auto slow_fold = [&] {
+    calls.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return FoldTensors{w.sum(0), b.sum()};
+  };
+  fold_weights(kTestFold, 0, {w, b}, true, slow_fold);
+  w.add_(1);
+  std::vector<FoldTensors> results(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back(
+        [&, t] { results[t] = fold_weights(kTestFold, 0, {w, b}, true, slow_fold); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(calls, 2);
+  for (const auto& r : results) {
+    EXPECT_TRUE(r[0].is_same(results[0][0]));
+    EXPECT_TRUE(at::allclose(r[0], w.sum(0)));
+  }
+}
+
 TEST(FoldCache, AFoldCannotLookUpAnotherFold) {
   const at::Tensor w = at::randn({16, 8});
   const at::Tensor b = at::randn({16});

@@ -639,7 +639,7 @@ def test_kept_y_is_freed_with_the_graph(key):
 def test_a_training_step_refolds_w_in_the_memory_of_its_old_fold(key):
     """Each optimizer step changes W and the next forward refolds it (float32: W's 3xFP16 pair,
     W's size): the stale fold is freed before the new one is made, so the forward holds one
-    fold of W, not two (issue 40: a float32 step's peak was the reference's plus W's size)."""
+    fold of W, not two (issue 40: the refold held W's size twice)."""
     init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 32)}[key]
     _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
     x = make_input((1024, 8192), "randn", device="cuda")
