@@ -11,6 +11,8 @@
 #include <ATen/ExpandUtils.h>
 #include <torch/autograd.h>
 
+#include <utility>
+
 #include "autograd/backward_by_recompute.h"
 #include "common/kept_linear.h"
 #include "common/numerics.h"
@@ -25,10 +27,14 @@ inline bool uses_atens_gemms(const at::Tensor& t) {
 }
 
 // a (m, k) b (k, n). b^T goes to gemm_nt as a view: its 3xFP16 engine splits it as it lies
-// (no copy of W^T for dX = dY W).
-inline at::Tensor backward_mm(const at::Tensor& a, const at::Tensor& b) {
+// (no copy of W^T for dX = dY W). a by value: its contiguous copy takes its place where the
+// caller gave up its own handle (W's gradient: dY goes once dY^T is copied, before the GEMM
+// allocates W's gradient).
+inline at::Tensor backward_mm(at::Tensor a, const at::Tensor& b) {
   if (uses_atens_gemms(a)) return a.mm(b);
-  return fusedops::gemm_nt(a.contiguous(), b.t());
+  const at::Tensor rows = a.contiguous();
+  a.reset();
+  return fusedops::gemm_nt(rows, b.t());
 }
 
 // The forward's Linear x W^T + b again, in x's dtype (the autocast form's float32 bias rounded
@@ -89,14 +95,21 @@ inline at::Tensor forward_linear(torch::autograd::AutogradContext* ctx, const at
 // dy goes to x's dtype first, and b's gradient to b's: in the autocast form the ops after the
 // Linear ran in float32 on its widened half output, and autograd's casts do the same to the
 // reference's gradients (the widening's backward rounds dy to half; the bias cast's widens).
-inline void linear_gradients(torch::autograd::AutogradContext* ctx, const at::Tensor& dy,
+// dy by value and W's gradient last (a step's peak is at W's gradient, issue 40): the caller
+// moves its dy in, and by W's GEMM the only handle on dy's values is the one it copies.
+inline void linear_gradients(torch::autograd::AutogradContext* ctx, at::Tensor dy,
                              const at::Tensor& x, const at::Tensor& weight,
                              const at::Tensor& bias, torch::autograd::variable_list& grads) {
-  const at::Tensor d = dy.to(x.scalar_type());
-  if (ctx->needs_input_grad(0)) grads[0] = backward_mm(d, weight);
-  if (ctx->needs_input_grad(1)) grads[1] = backward_mm(d.t(), x);
+  at::Tensor d = dy.to(x.scalar_type());
+  dy.reset();  // d is dy itself, or its cast: the float32 dy of the autocast form goes now
   if (ctx->needs_input_grad(2)) {
     grads[2] = at::sum_to(d, bias.sym_sizes()).to(bias.scalar_type());
+  }
+  if (ctx->needs_input_grad(0)) grads[0] = backward_mm(d, weight);
+  if (ctx->needs_input_grad(1)) {
+    at::Tensor d_t = d.t();
+    d.reset();
+    grads[1] = backward_mm(std::move(d_t), x);
   }
 }
 

@@ -146,8 +146,8 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
       grad_outputs[0].reset();
       if (ctx->needs_input_grad(3)) grads[3] = at::sum_to(dz * y, scale.sym_sizes());
     }
-    const at::Tensor& dy = dz.mul_(scale);  // mul's gradient, in place: dz is not needed again
-    autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
+    dz.mul_(scale);  // mul's gradient, in place: dz is not needed again
+    autograd::linear_gradients(ctx, std::move(dz), x, weight, bias, grads);
     if (ctx->needs_input_grad(4)) grads[4] = dgamma;
     if (ctx->needs_input_grad(5)) grads[5] = dbeta;
     return grads;

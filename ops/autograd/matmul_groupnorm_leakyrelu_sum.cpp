@@ -23,6 +23,7 @@
 
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "common/checks.h"
 #include "autograd/backward_by_recompute.h"
@@ -88,7 +89,7 @@ class MatmulGroupnormLeakyreluSumFunction
     // One per argument: x, weight, bias, num_groups, gn_weight, gn_bias, eps, negative_slope,
     // cache_folds, numerics. (needs_input_grad counts the tensor arguments alone.)
     variable_list grads(10);
-    autograd::linear_gradients(ctx, dy, x, weight, bias, grads);
+    autograd::linear_gradients(ctx, std::move(dy), x, weight, bias, grads);
     if (ctx->needs_input_grad(3)) grads[4] = dgamma;
     if (ctx->needs_input_grad(4)) grads[5] = dbeta;
     return grads;
