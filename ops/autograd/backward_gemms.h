@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <utility>
 
@@ -63,26 +64,41 @@ inline void remember_rounding(torch::autograd::AutogradContext* ctx, const char*
 // bfloat16 x: the half routes' float32 y, with the bias, rounded to x's dtype once, as the
 // reference's Linear rounds its own (the backward then runs no GEMM of the forward's width:
 // the reference keeps its y too). Nothing where the backward recomputes the reference's chain
-// (remember_rounding first: numerics="eager" on a half model) or nothing was kept: undefined.
-inline at::Tensor keep_linear_output(torch::autograd::AutogradContext* ctx,
-                                     const KeepLinear& keep, const at::Tensor& x,
-                                     const at::Tensor& bias) {
+// (remember_rounding first: numerics="eager" on a half model) or nothing was kept.
+// Saved in ctx->saved_data, not save_for_backward: the backward takes it out (take_kept_linear)
+// and frees it after its last use, before the Linear's GEMMs, as autograd's engine frees the
+// reference's saved y when the node that used it is done (a step's peak is at W's gradient,
+// issue 40); a saved variable lives until the whole node returns. It needs none of a saved
+// variable's guards: no other handle on it exists (nothing can change it in place), and it
+// has no grad_fn (no reference cycle through this node).
+inline void keep_linear_output(torch::autograd::AutogradContext* ctx, const KeepLinear& keep,
+                               const at::Tensor& x, const at::Tensor& bias) {
   const KeptLinear& kept = keep.kept();
-  at::Tensor y;
   bool has_bias = false;
   if (kept.y.defined() && !ctx->saved_data["rounds"].toBool()) {
-    y = kept.y;
+    at::Tensor y = kept.y;
     has_bias = kept.bias_added;
     if (y.scalar_type() != x.scalar_type()) {
       y = (has_bias ? y : y + bias).to(x.scalar_type());
       has_bias = true;
     }
+    ctx->saved_data["y"] = std::move(y);
   }
   ctx->saved_data["y_has_bias"] = has_bias;
+}
+
+// The y keep_linear_output saved (undefined where none was kept), taken out of ctx: the
+// caller's handle is then the only one. A graph kept for another backward (retain_graph=True;
+// also where no engine runs this backward) keeps its y for that one.
+inline at::Tensor take_kept_linear(torch::autograd::AutogradContext* ctx) {
+  const auto it = ctx->saved_data.find("y");
+  if (it == ctx->saved_data.end()) return {};
+  at::Tensor y = it->second.toTensor();
+  if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase(it);
   return y;
 }
 
-// The forward's Linear x W^T + b: the y keep_linear_output saved (`kept`), or recomputed.
+// The forward's Linear x W^T + b: the y take_kept_linear took (`kept`), or recomputed.
 inline at::Tensor forward_linear(torch::autograd::AutogradContext* ctx, const at::Tensor& kept,
                                  const at::Tensor& x, const at::Tensor& weight,
                                  const at::Tensor& bias) {

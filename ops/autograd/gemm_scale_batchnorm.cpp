@@ -1,7 +1,7 @@
 // Autograd for model 39 (Gemm_Scale_BatchNorm).
 //
 // Saves x, weight, bias, scale, bn_weight and bn_bias (plus training, momentum, eps), in eval
-// mode also running_mean and running_var, and last the forward's y where kept. The backward of
+// mode also running_mean and running_var, and aside the forward's y where kept. The backward of
 // a float32/float64 model (issue 40) runs the reference's ops and their backward formulas
 // directly, in its order (on the CPU the gradients are the reference's bit for bit; on CUDA its
 // GEMMs run on the planner's GEMM, autograd/backward_gemms.h): y = x W^T + b as the CUDA
@@ -84,13 +84,13 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     }
     if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     autograd::remember_rounding(ctx, "gemm_scale_batchnorm", numerics, x);
-    // y last; the running statistics (eval mode) after the six inputs.
-    const at::Tensor y = autograd::keep_linear_output(ctx, keep, x, bias);
+    // y aside (keep_linear_output); the running statistics (eval mode) after the six inputs.
+    autograd::keep_linear_output(ctx, keep, x, bias);
     if (training) {
-      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, y});
+      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias});
     } else {
       ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, running_mean,
-                              running_var, y});
+                              running_var});
     }
     return out;
   }
@@ -116,10 +116,12 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     variable_list grads(14);  // x, weight, bias, scale, bn_weight, bn_bias; none for the rest
     at::Tensor dz, dgamma, dbeta;
     {
-      // y (a fresh y + b where the kept y has no bias) and the gradient given live only until
-      // scale's gradient: the Linear's GEMMs below run without them, as autograd's engine frees
-      // the reference's saved activations node by node (a step's peak is at W's gradient).
-      const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias);
+      // y (taken from ctx; a fresh y + b where the kept y has no bias) and the gradient given
+      // live only until scale's gradient: the Linear's GEMMs below run without them, as
+      // autograd's engine frees the reference's saved activations node by node (a step's peak
+      // is at W's gradient).
+      const at::Tensor y =
+          autograd::forward_linear(ctx, autograd::take_kept_linear(ctx), x, weight, bias);
       const at::Tensor z = y * scale;
       auto [out, save_mean, save_var_transform, reserve, impl_index] = at::_batch_norm_impl_index(
           z, gamma, beta, running_mean, running_var, training, /*momentum=*/0.0, eps,

@@ -1,6 +1,6 @@
 // Autograd for model 62 (Matmul_GroupNorm_LeakyReLU_Sum).
 //
-// Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope), and last
+// Saves x, weight, bias, gn_weight and gn_bias (plus num_groups, eps, negative_slope), and aside
 // the forward's y where kept. The backward (issue 40) runs the reference's backward formulas
 // directly (on the CPU its ops, so that the gradients are the reference's bit for bit; on CUDA
 // its GEMMs on the planner's GEMM, autograd/backward_gemms.h): y = x W^T + b as the CUDA
@@ -58,8 +58,8 @@ class MatmulGroupnormLeakyreluSumFunction
                                                      numerics);
     }
     autograd::remember_rounding(ctx, "matmul_groupnorm_leakyrelu_sum", numerics, x);
-    const at::Tensor y = autograd::keep_linear_output(ctx, keep, x, bias);
-    ctx->save_for_backward({x, weight, bias, gn_weight, gn_bias, y});
+    autograd::keep_linear_output(ctx, keep, x, bias);  // y aside
+    ctx->save_for_backward({x, weight, bias, gn_weight, gn_bias});
     return out;
   }
 
@@ -77,11 +77,13 @@ class MatmulGroupnormLeakyreluSumFunction
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::Tensor dy, dgamma, dbeta;
     {
-      // y (a fresh y + b where the kept y has no bias) and the gradient given live only until
-      // y's gradient: the Linear's GEMMs below run without them, as autograd's engine frees the
-      // reference's saved activations node by node (a step's peak is at W's gradient).
-      const at::Tensor y = autograd::forward_linear(ctx, saved.back(), x, weight, bias)
-                               .to(gamma.scalar_type());
+      // y (taken from ctx; a fresh y + b where the kept y has no bias) and the gradient given
+      // live only until y's gradient: the Linear's GEMMs below run without them, as autograd's
+      // engine frees the reference's saved activations node by node (a step's peak is at W's
+      // gradient).
+      const at::Tensor y =
+          autograd::forward_linear(ctx, autograd::take_kept_linear(ctx), x, weight, bias)
+              .to(gamma.scalar_type());
       std::tie(dy, dgamma, dbeta) = fusedops::groupnorm_leakyrelu_sum_backward(
           grad_outputs[0], y, gamma, beta, num_groups, eps, negative_slope);
       grad_outputs[0].reset();

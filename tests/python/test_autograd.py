@@ -696,6 +696,45 @@ def test_a_float32_backward_frees_the_gradient_given_before_w_gets_its_own(key):
     assert freed and freed[0] < w_grad, (freed, w_grad)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["39", "62"])
+def test_a_float32_backward_frees_the_kept_y_before_w_gets_its_gradient(key):
+    """The forward's y, kept for the backward (common/kept_linear.h), goes once the
+    normalization's backward has used it: before W's gradient is allocated, as the reference's
+    engine frees the Linear output that its mul/group_norm node saved when that node is done (a
+    float32 step's peak is at W's gradient, issue 40). The kept y is the one block of y's size
+    allocated before the backward and freed in it (the caching allocator's history)."""
+    init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 32)}[key]
+    _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
+    x = make_input((1024, init_args[0]), "randn", device="cuda")
+    w_bytes = next(p for p in new.parameters() if p.dim() == 2).numel() * 4
+    y_bytes = x.shape[0] * init_args[1] * 4
+    new(x).float().square().mean().backward()  # folds and workspaces made once
+    new.zero_grad(set_to_none=True)
+    out = new(x)  # held: its block is freed after the backward, not in it
+    loss = out.float().square().mean()
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    try:
+        loss.backward()
+        torch.cuda.synchronize()
+        events = [e for trace in torch.cuda.memory._snapshot()["device_traces"] for e in trace]
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    order = [(e["action"], e["addr"], e["size"]) for e in events
+             if e["action"] in ("alloc", "free_requested")]
+    w_grad = next(i for i, (action, _, size) in enumerate(order)
+                  if action == "alloc" and size >= w_bytes)
+    made_here = set()
+    kept = []
+    for i, (action, addr, size) in enumerate(order):
+        if action == "alloc":
+            made_here.add(addr)
+        elif addr not in made_here and y_bytes <= size < w_bytes:
+            kept.append(i)
+    assert len(kept) == 1 and kept[0] < w_grad, (kept, w_grad)
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_empty_batch_backward(key):
     ref, new = make_pair(key, SMALL_ARGS[key], dtype=torch.float64)
