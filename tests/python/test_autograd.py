@@ -662,18 +662,17 @@ def test_a_training_step_refolds_w_in_the_memory_of_its_old_fold(key):
     assert torch.isfinite(y).all()
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("key", ["39", "62"])
-def test_a_float32_backward_frees_the_gradient_given_before_w_gets_its_own(key):
-    """A float32 step's peak is at W's gradient (issue 40), where the reference's engine has
-    already freed the gradient of its output (each node's inputs go once the node is done). The
-    fused node's backward frees the gradient it was given once the normalization's backward has
-    consumed it: before W's gradient is allocated (the caching allocator's history says when)."""
+def float32_backward_allocations(key):
+    """One float32 backward of model 39's or 62's fused node at the default sizes (folds and
+    workspaces made by a step before), recorded by the caching allocator: its ("alloc" |
+    "free_requested", address, bytes) events in order, the index of W's gradient's allocation,
+    the address of the gradient given to the node, and y's bytes. The node's output is held
+    until the record ends (its block is not freed in it)."""
     init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 32)}[key]
     _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
     x = make_input((1024, init_args[0]), "randn", device="cuda")
     w_bytes = next(p for p in new.parameters() if p.dim() == 2).numel() * 4
-    new(x).float().square().mean().backward()  # folds and workspaces made once
+    new(x).float().square().mean().backward()
     new.zero_grad(set_to_none=True)
     out = new(x)
     given = []
@@ -691,8 +690,19 @@ def test_a_float32_backward_frees_the_gradient_given_before_w_gets_its_own(key):
              if e["action"] in ("alloc", "free_requested")]
     w_grad = next(i for i, (action, _, size) in enumerate(order)
                   if action == "alloc" and size >= w_bytes)
+    return order, w_grad, given[0], out.numel() * 4
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["39", "62"])
+def test_a_float32_backward_frees_the_gradient_given_before_w_gets_its_own(key):
+    """A float32 step's peak is at W's gradient (issue 40), where the reference's engine has
+    already freed the gradient of its output (each node's inputs go once the node is done). The
+    fused node's backward frees the gradient it was given once the normalization's backward has
+    consumed it: before W's gradient is allocated (the caching allocator's history says when)."""
+    order, w_grad, given, _ = float32_backward_allocations(key)
     freed = [i for i, (action, addr, _) in enumerate(order)
-             if action == "free_requested" and addr == given[0]]
+             if action == "free_requested" and addr == given]
     assert freed and freed[0] < w_grad, (freed, w_grad)
 
 
@@ -702,29 +712,10 @@ def test_a_float32_backward_frees_the_kept_y_before_w_gets_its_gradient(key):
     """The forward's y, kept for the backward (common/kept_linear.h), goes once the
     normalization's backward has used it: before W's gradient is allocated, as the reference's
     engine frees the Linear output that its mul/group_norm node saved when that node is done (a
-    float32 step's peak is at W's gradient, issue 40). The kept y is the one block of y's size
-    allocated before the backward and freed in it (the caching allocator's history)."""
-    init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 32)}[key]
-    _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
-    x = make_input((1024, init_args[0]), "randn", device="cuda")
-    w_bytes = next(p for p in new.parameters() if p.dim() == 2).numel() * 4
-    y_bytes = x.shape[0] * init_args[1] * 4
-    new(x).float().square().mean().backward()  # folds and workspaces made once
-    new.zero_grad(set_to_none=True)
-    out = new(x)  # held: its block is freed after the backward, not in it
-    loss = out.float().square().mean()
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(max_entries=100000)
-    try:
-        loss.backward()
-        torch.cuda.synchronize()
-        events = [e for trace in torch.cuda.memory._snapshot()["device_traces"] for e in trace]
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    order = [(e["action"], e["addr"], e["size"]) for e in events
-             if e["action"] in ("alloc", "free_requested")]
-    w_grad = next(i for i, (action, _, size) in enumerate(order)
-                  if action == "alloc" and size >= w_bytes)
+    float32 step's peak is at W's gradient, issue 40). The kept y is the one block of y's size,
+    below W's, allocated before the backward and freed in it."""
+    order, w_grad, _, y_bytes = float32_backward_allocations(key)
+    w_bytes = order[w_grad][2]
     made_here = set()
     kept = []
     for i, (action, addr, size) in enumerate(order):
