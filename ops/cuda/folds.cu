@@ -13,19 +13,14 @@ namespace {
 
 // folded[r, c] = mean over t < pool of src[(r * pool + t) * cols + c]; rows past
 // pooled_rows * pool are dropped, as AvgPool1d's floor does. A thread takes kVector consecutive
-// columns: 16-byte loads and stores where the columns and both pointers allow them (the fold is
-// a pass over W, bound by reading it, and W's values read one at a time leave most of the
-// bandwidth unused), one column otherwise. Each value is the same sum in the same order either
-// way.
-template <typename scalar_t, int kVector>
-struct alignas(sizeof(scalar_t) * kVector) Columns {
-  scalar_t v[kVector];
-};
+// columns: 16-byte loads and stores (Vec) where the columns and both pointers allow them (the
+// fold is a pass over W, bound by reading it), one column otherwise. Each value is the same sum
+// in the same order either way.
 
 template <typename scalar_t, int kVector>
 __global__ void avgpool_fold_kernel(const scalar_t* __restrict__ src, scalar_t* __restrict__ folded,
                                     int64_t pooled_rows, int64_t cols, int64_t pool) {
-  using Pack = Columns<scalar_t, kVector>;
+  using Pack = Vec<scalar_t, kVector>;
   const int64_t packs = cols / kVector;  // cols % kVector == 0 (the caller's choice)
   const int64_t total = pooled_rows * packs;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
