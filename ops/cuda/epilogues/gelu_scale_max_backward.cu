@@ -3,10 +3,10 @@
 //  1. a block per row: the argmax window r of scale * gelu(pooled) with the reference's
 //     roundings and torch.max's rule (math/gelu_scale_max.h), c = dL/dout scale gelu'(p_r)
 //     rounded as gelu_backward writes it, and x's gradient c Wp[r];
-//  2. a block per (window, block of columns): the window's sum of c x over the rows whose argmax it
-//     is, in row order (no atomics: the same bits every run), written 1/k to each of the
-//     window's k rows of W's gradient; its first column block the bias's; the rows past the
-//     last window zero.
+//  2. a block per (window, block of columns): the window's sum of c x over the rows whose
+//     argmax it is, in row order (no atomics: the same bits every run), written 1/k to each of
+//     the window's k rows of W's gradient; its first column block the bias's; the rows past
+//     the last window zero.
 #include "cuda/epilogues/gelu_scale_max.h"
 
 #include <ATen/ATen.h>
