@@ -118,9 +118,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
       // live only until scale's gradient: the Linear's GEMMs below run without them, as
       // autograd's engine frees the reference's saved activations node by node (a step's peak
       // is at W's gradient).
-      const at::Tensor y =
-          autograd::forward_linear(ctx, autograd::take_kept_linear(ctx, saved, training ? 6 : 8),
-                                   x, weight, bias);
+      const at::Tensor y = autograd::forward_linear(ctx, saved, training ? 6 : 8, x, weight, bias);
       const at::Tensor z = y * scale;
       auto [out, save_mean, save_var_transform, reserve, impl_index] = at::_batch_norm_impl_index(
           z, gamma, beta, running_mean, running_var, training, /*momentum=*/0.0, eps,
