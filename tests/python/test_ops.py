@@ -173,32 +173,6 @@ def test_avgpool_fold_linear_on_cuda_is_the_cpus_bit_for_bit(n_out, n_in, k, off
     torch.testing.assert_close(pw.cpu().double(), expected, **tol)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16],
-                         ids=["f64", "f32", "f16", "bf16"])
-def test_model98_backward_helper_gives_the_same_bits_on_either_column_layout(dtype):
-    """The helper's W-gradient kernel takes 16-byte column groups where x's rows and W's
-    gradient allow and single columns otherwise: the same sums in the same row order, so x at
-    a 16-byte aligned address and x one value into its storage (not aligned: single columns)
-    give equal gradients, bit for bit; rows past the last window zero in both."""
-    batch, windows, k, in_features = 300, 40, 7, 256
-    out_features = windows * k + 3
-    g = torch.randn(batch, device="cuda", dtype=dtype)
-    pooled = torch.randn(batch, windows, device="cuda", dtype=dtype)
-    pw = torch.randn(windows, in_features, device="cuda", dtype=dtype)
-    x = torch.randn(batch, in_features, device="cuda", dtype=dtype)
-    storage = torch.empty(batch * in_features + 1, device="cuda", dtype=dtype)
-    x_off = storage[1:].view(batch, in_features)
-    x_off.copy_(x)
-    assert x.data_ptr() % 16 == 0 and x_off.data_ptr() % 16 != 0
-    args = (k, -1.5, out_features, [True, True, True])
-    aligned = ops.avgpool_gelu_scale_max_backward(g, pooled, x, pw, *args)
-    single = ops.avgpool_gelu_scale_max_backward(g, pooled, x_off, pw, *args)
-    for a, b in zip(aligned, single):
-        assert torch.equal(a, b)
-    assert aligned[1][windows * k:].abs().sum() == 0 and aligned[1][:windows * k].abs().sum() > 0
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("n_out,n_in", [(1000, 1023), (1023, 1000), (8192, 3), (1, 1), (5, 17)])
 def test_sum_fold_linear(n_out, n_in, dtype, device):

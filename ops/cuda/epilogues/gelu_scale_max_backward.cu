@@ -3,10 +3,10 @@
 //  1. a block per row: the argmax window r of scale * gelu(pooled) with the reference's
 //     roundings and torch.max's rule (math/gelu_scale_max.h), c = dL/dout scale gelu'(p_r)
 //     rounded as gelu_backward writes it, and x's gradient c Wp[r];
-//  2. a block per (window, block of columns): the window's sum of c x over the rows whose
-//     argmax it is, in row order (no atomics: the same bits every run), written 1/k to each of
-//     the window's k rows of W's gradient; its first column block the bias's; the rows past
-//     the last window zero.
+//  2. a block per (window, 1024 columns): the window's sum of c x over the rows whose argmax it
+//     is, in row order (no atomics: the same bits every run), written 1/k to each of the
+//     window's k rows of W's gradient; its first column block the bias's; the rows past the
+//     last window zero.
 #include "cuda/epilogues/gelu_scale_max.h"
 
 #include <ATen/ATen.h>
@@ -15,7 +15,6 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "common/store.h"
 #include "cuda/cuda_helpers.cuh"
@@ -26,15 +25,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
-// window_sums_kernel's columns: a thread takes kGroups groups of kVector consecutive columns,
-// group g at (g * kThreads + thread) * kVector from its block's first. kVector = 16 bytes of
-// values (Vec) where x's and dW's rows allow 16-byte accesses: the kernel is bound by writing
-// dW (W's size), and one value a store leaves most of the bandwidth unused; else single
-// columns, four a thread.
-template <int kVector>
-constexpr int kGroups = kVector == 1 ? 4 : 1;
-template <int kVector>
-constexpr int64_t kBlockColumns = static_cast<int64_t>(kGroups<kVector>) * kThreads * kVector;
+constexpr int kColumnsPerThread = 4;
+constexpr int kBlockColumns = kThreads * kColumnsPerThread;
 
 // torch.max's order (ATen's GreaterOrNan): a NaN beats a number, the lower index wins a tie
 // and between two NaNs.
@@ -76,7 +68,8 @@ argmax_rows_kernel(const scalar_t* __restrict__ grad_out, const scalar_t* __rest
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int w = 1; w < kWarps; ++w) {
-        if (index_s[w] != windows && (index == windows || beats(best_s[w], index_s[w], best, index))) {
+        if (index_s[w] != windows &&
+            (index == windows || beats(best_s[w], index_s[w], best, index))) {
           best = best_s[w], index = index_s[w];
         }
       }
@@ -99,28 +92,21 @@ argmax_rows_kernel(const scalar_t* __restrict__ grad_out, const scalar_t* __rest
   }
 }
 
-template <typename scalar_t, int kVector, typename acc = acc_t<scalar_t>>
+template <typename scalar_t, typename acc = acc_t<scalar_t>>
 __global__ void __launch_bounds__(kThreads)
 window_sums_kernel(const int64_t* __restrict__ argmax, const acc* __restrict__ c,
                    const scalar_t* __restrict__ x, int64_t batch, int64_t in, int64_t windows,
                    int64_t k, int64_t out_features, acc inv_k, scalar_t* __restrict__ dw,
                    scalar_t* __restrict__ db) {
-  using Pack = Vec<scalar_t, kVector>;
-  constexpr int kG = kGroups<kVector>;
   const int64_t window = blockIdx.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * kBlockColumns<kVector>;
-  // Group g's first column (in % kVector == 0: a group lies wholly inside or past the row).
-  const auto column = [&](int g) {
-    return first + (static_cast<int64_t>(g) * kThreads + threadIdx.x) * kVector;
-  };
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kBlockColumns + threadIdx.x;
   const bool bias_block = blockIdx.y == 0 && db != nullptr;
   if (window == windows) {  // the rows the pooling drops: no gradient
-    const Pack zero{};
     for (int64_t row = windows * k; row < out_features; ++row) {
       if (dw != nullptr) {
-        for (int g = 0; g < kG; ++g) {
-          const int64_t col = column(g);
-          if (col < in) *reinterpret_cast<Pack*>(dw + row * in + col) = zero;
+        for (int q = 0; q < kColumnsPerThread; ++q) {
+          const int64_t col = col0 + q * kThreads;
+          if (col < in) dw[row * in + col] = scalar_t(0);
         }
       }
       if (bias_block && threadIdx.x == 0) db[row] = scalar_t(0);
@@ -130,7 +116,7 @@ window_sums_kernel(const int64_t* __restrict__ argmax, const acc* __restrict__ c
   __shared__ int rows_s[kThreads];
   __shared__ int offsets_s[kWarps + 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  acc sum[kG][kVector] = {};
+  acc sum[kColumnsPerThread] = {};
   acc c_sum = 0;
   for (int64_t tile = 0; tile < batch; tile += kThreads) {
     // This tile's rows whose argmax is `window`, compacted in row order.
@@ -144,34 +130,29 @@ window_sums_kernel(const int64_t* __restrict__ argmax, const acc* __restrict__ c
       for (int w = 1; w <= kWarps; ++w) offsets_s[w] += offsets_s[w - 1];
     }
     __syncthreads();
-    if (match) rows_s[offsets_s[warp] + __popc(mask & ((1u << lane) - 1u))] = static_cast<int>(i - tile);
+    if (match) {
+      rows_s[offsets_s[warp] + __popc(mask & ((1u << lane) - 1u))] = static_cast<int>(i - tile);
+    }
     __syncthreads();
     const int n = offsets_s[kWarps];
     for (int m = 0; m < n; ++m) {
       const int64_t row = tile + rows_s[m];
       const acc cr = c[row];
       const scalar_t* xr = x + row * in;
-      for (int g = 0; g < kG; ++g) {
-        const int64_t col = column(g);
-        if (col >= in) continue;
-        const Pack v = *reinterpret_cast<const Pack*>(xr + col);
-#pragma unroll
-        for (int e = 0; e < kVector; ++e) sum[g][e] += cr * static_cast<acc>(v.v[e]);
+      for (int q = 0; q < kColumnsPerThread; ++q) {
+        const int64_t col = col0 + q * kThreads;
+        if (col < in) sum[q] += cr * static_cast<acc>(xr[col]);
       }
       c_sum += cr;
     }
     __syncthreads();  // rows_s and offsets_s are read before the next tile writes them
   }
   if (dw != nullptr) {
-    for (int g = 0; g < kG; ++g) {
-      const int64_t col = column(g);
+    for (int q = 0; q < kColumnsPerThread; ++q) {
+      const int64_t col = col0 + q * kThreads;
       if (col >= in) continue;
-      Pack v;
-#pragma unroll
-      for (int e = 0; e < kVector; ++e) v.v[e] = static_cast<scalar_t>(sum[g][e] * inv_k);
-      for (int64_t t = 0; t < k; ++t) {
-        *reinterpret_cast<Pack*>(dw + (window * k + t) * in + col) = v;
-      }
+      const scalar_t v = static_cast<scalar_t>(sum[q] * inv_k);
+      for (int64_t t = 0; t < k; ++t) dw[(window * k + t) * in + col] = v;
     }
   }
   if (bias_block) {
@@ -207,27 +188,14 @@ void gelu_scale_max_backward(const at::Tensor& grad_out, const at::Tensor& poole
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     if (out_features > 0 && (dw.defined() || db.defined())) {
-      constexpr int kVector = 16 / sizeof(scalar_t);
-      scalar_t* dw_data = data_or_null<scalar_t>(dw);
-      const bool vector = in % kVector == 0 && is_16_byte_aligned(x.data_ptr()) &&
-                          (dw_data == nullptr || is_16_byte_aligned(dw_data));
-      const auto launch = [&](auto vector_width) {
-        constexpr int v = decltype(vector_width)::value;
-        const bool tail = out_features > windows * k;
-        const dim3 grid(
-            static_cast<unsigned>(windows + (tail ? 1 : 0)),
-            static_cast<unsigned>(std::max<int64_t>(ceil_div(in, kBlockColumns<v>), 1)));
-        window_sums_kernel<scalar_t, v><<<grid, kThreads, 0, stream>>>(
-            argmax.data_ptr<int64_t>(), c.data_ptr<acc>(), x.data_ptr<scalar_t>(), batch, in,
-            windows, k, out_features, acc(1) / static_cast<acc>(k), dw_data,
-            data_or_null<scalar_t>(db));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      if (vector) {
-        launch(std::integral_constant<int, kVector>{});
-      } else {
-        launch(std::integral_constant<int, 1>{});
-      }
+      const bool tail = out_features > windows * k;
+      const dim3 grid(static_cast<unsigned>(windows + (tail ? 1 : 0)),
+                      static_cast<unsigned>(std::max<int64_t>(ceil_div(in, kBlockColumns), 1)));
+      window_sums_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
+          argmax.data_ptr<int64_t>(), c.data_ptr<acc>(), x.data_ptr<scalar_t>(), batch, in,
+          windows, k, out_features, acc(1) / static_cast<acc>(k), data_or_null<scalar_t>(dw),
+          data_or_null<scalar_t>(db));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   });
 }
