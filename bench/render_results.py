@@ -196,11 +196,14 @@ def render_training(results) -> str:
                 "--json training.json` on the GPU, then bench/results.py with `--training "
                 "training.json`. The last one measured: \"Issue 40, fourth pass\" in the log below.")
     compiled = any(r.get("x_compile") is not None for r in rows)
+    floored = any(r.get("floor_ms") is not None for r in rows)
     what = ("A training step (zero_grad, forward, loss, backward, SGD) against eager PyTorch's: "
             "how many times faster (above 1x fusedops is faster)" +
             (", then against torch.compile's" if compiled else "") +
-            ", fusedops' median ms in parentheses; below, the peak memory over a step above its "
-            "start, MiB, fusedops / eager")
+            ", fusedops' median ms in parentheses" +
+            ("; then the floor's, the same step around bench/training.py's StepFloor, the least "
+             "any model with these parameters does" if floored else "") +
+            "; below, the peak memory over a step above its start, MiB, fusedops / eager")
     header = ["| model | " + " | ".join(TRAINING_MODES) + " |",
               "|---" * (len(TRAINING_MODES) + 1) + "|"]
     speed, memory = list(header), list(header)
@@ -215,7 +218,9 @@ def render_training(results) -> str:
             cell = ratio(r["x_eager"])
             if compiled:
                 cell += " / " + ratio(r.get("x_compile"))
-            speed_cells.append(f"{cell} ({ms(r['fusedops_ms'])} ms)")
+            floor = r.get("floor_ms")
+            speed_cells.append(f"{cell} ({ms(r['fusedops_ms'])} ms" +
+                               ("" if floor is None else f"; floor {ms(floor)}") + ")")
             memory_cells.append(" / ".join("-" if r.get(k) is None else f"{r[k]:.0f}"
                                            for k in ("fusedops_peak_mib", "eager_peak_mib")))
         speed.append(f"| {model} | " + " | ".join(speed_cells) + " |")

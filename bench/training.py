@@ -3,7 +3,8 @@ and torch.compile of the reference, side by side in one process, with each step'
 
     python bench/training.py [--models 18,98,39,62] \
         [--modes float32,tf32,autocast-float16,autocast-bfloat16,bfloat16] \
-        [--batch 1024] [--steps 20] [--warmup 3] [--no-compile] [--breakdown] [--json FILE]
+        [--batch 1024] [--steps 20] [--warmup 3] [--no-compile] [--no-floor] [--breakdown] \
+        [--json FILE]
     python bench/training.py --device cpu --sizes small --steps 5 --no-compile   # a quick CPU run
 
 A step: zero_grad(set_to_none=True), forward, loss = y.float().square().mean(), backward,
@@ -21,6 +22,10 @@ gradients of the previous step freed by zero_grad, optimizer state), on CUDA onl
 GPU is still busy (a step that waits on the GPU shows the queued sleep's length), the GPU's
 kernel time and its largest kernels. A step whose host time exceeds its GPU time is bound by
 the host: its wall time is the host's, whatever the kernels do.
+The floor (on by default): the same step around StepFloor, a model with the same parameters
+that does the least any model of them does (each parameter's gradient written once, the
+optimizer's pass over them, the step's own host work): no model of these parameters steps
+faster, however fast its kernels. A ratio against eager is bounded by eager / floor.
 The losses of --check-steps identical steps from identical weights are compared with the
 reference's (the largest relative difference, printed): a fast step that trains something else is
 no result. (Not the parameters: some gradients are rounding noise by the algebra, e.g. a
@@ -71,6 +76,21 @@ def make_models(key, init_args, mode, device):
     new.load_state_dict(reference.state_dict())
     dtype = torch.bfloat16 if mode == "bfloat16" else torch.float32
     return reference.to(device, dtype).train(), new.to(device, dtype).train(), dtype
+
+
+class StepFloor(torch.nn.Module):
+    """The least work a training step of a model with `model`'s parameters can do: a copy of
+    each parameter (shape, dtype, device), and a forward of one reduction per parameter whose
+    backward writes that parameter's gradient once (an expanded scalar, made dense by autograd's
+    accumulation, as any model writes its gradients), its output one value per row of x."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.params = torch.nn.ParameterList(
+            torch.nn.Parameter(p.detach().clone()) for p in model.parameters())
+
+    def forward(self, x):
+        return x[:, :1] * sum(p.sum() for p in self.params)
 
 
 def step_fn(model, mode, device):
@@ -181,6 +201,8 @@ def measure(key, mode, args):
     if not args.no_compile:
         torch._dynamo.reset()
         variants["compile"] = torch.compile(copy.deepcopy(reference))
+    if not args.no_floor:
+        variants["floor"] = StepFloor(new)
     step_fn_of = {}
     for name, model in variants.items():
         step_fn_of[name] = step_fn(model, mode, args.device)
@@ -209,6 +231,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--check-steps", type=int, default=3)
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--no-floor", action="store_true",
+                   help="skip the step around StepFloor (the least any model of the same "
+                        "parameters does)")
     p.add_argument("--json", type=Path)
     p.add_argument("--breakdown", action="store_true",
                    help="CUDA: each step's host issue time, GPU kernel time and largest kernels")
@@ -230,16 +255,17 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     print(f"\n{name}, torch {torch.__version__}, fusedops {torch.ops.fusedops.version()}; "
           f"median ms of a training step, x = variant / fusedops, peak MiB over one step")
-    print("| model | mode | fusedops | eager | compile | x eager | x compile | peak fusedops "
-          "| peak eager | loss vs eager |")
-    print("|---" * 10 + "|")
+    print("| model | mode | fusedops | eager | compile | floor | x eager | x compile "
+          "| peak fusedops | peak eager | loss vs eager |")
+    print("|---" * 11 + "|")
     for r in rows:
         print(f"| {r['model']} | {r['mode']} | {r['fusedops_ms']:.3f} | {r['eager_ms']:.3f} "
-              f"| {fmt(r.get('compile_ms'), '.3f')} | {r['x_eager']:.2f} "
+              f"| {fmt(r.get('compile_ms'), '.3f')} | {fmt(r.get('floor_ms'), '.3f')} "
+              f"| {r['x_eager']:.2f} "
               f"| {fmt(r.get('x_compile'), '.2f')} | {fmt(r['fusedops_peak_mib'], '.0f')} "
               f"| {fmt(r['eager_peak_mib'], '.0f')} | {r['loss_rel_diff']:.1e} |")
     for r in rows:
-        for name in ("eager", "fusedops", "compile"):
+        for name in ("eager", "fusedops", "compile", "floor"):
             b = r.get(f"{name}_breakdown")
             if b:
                 print(f"{r['model']} {r['mode']} {name}: host issue {b['host_issue_ms']:.3f} ms, "

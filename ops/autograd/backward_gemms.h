@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/SavedTensorHooks.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/graph_task.h>
 
@@ -65,14 +66,18 @@ inline void remember_rounding(torch::autograd::AutogradContext* ctx, const char*
 // reference's Linear rounds its own (the backward then runs no GEMM of the forward's width:
 // the reference keeps its y too). Nothing where the backward recomputes the reference's chain
 // (remember_rounding first: numerics="eager" on a half model) or nothing was kept.
-// Saved in ctx->saved_data, not save_for_backward: the backward takes it out (take_kept_linear)
+// Kept in ctx->saved_data, not save_for_backward: the backward takes it out (forward_linear)
 // and frees it after its last use, before the Linear's GEMMs, as autograd's engine frees the
 // reference's saved y when the node that used it is done (a step's peak is at W's gradient,
 // issue 40); a saved variable lives until the whole node returns. It needs none of a saved
 // variable's guards: no other handle on it exists (nothing can change it in place), and it
-// has no grad_fn (no reference cycle through this node).
+// has no grad_fn (no reference cycle through this node). Except where saved-tensor hooks are
+// set (torch.autograd.graph.saved_tensors_hooks: activation checkpointing and offloading pack
+// what a node saves, to free or move it): there y goes last into `to_save`, the list the
+// caller saves, so that the hooks see it as they see the reference's saved y.
 inline void keep_linear_output(torch::autograd::AutogradContext* ctx, const KeepLinear& keep,
-                               const at::Tensor& x, const at::Tensor& bias) {
+                               const at::Tensor& x, const at::Tensor& bias,
+                               torch::autograd::variable_list& to_save) {
   const KeptLinear& kept = keep.kept();
   bool has_bias = false;
   if (kept.y.defined() && !ctx->saved_data["rounds"].toBool()) {
@@ -82,26 +87,30 @@ inline void keep_linear_output(torch::autograd::AutogradContext* ctx, const Keep
       y = (has_bias ? y : y + bias).to(x.scalar_type());
       has_bias = true;
     }
-    ctx->saved_data["y"] = std::move(y);
+    if (at::SavedTensorDefaultHooks::get_hooks().has_value()) {
+      to_save.push_back(std::move(y));
+    } else {
+      ctx->saved_data["y"] = std::move(y);
+    }
   }
   ctx->saved_data["y_has_bias"] = has_bias;
 }
 
-// The y keep_linear_output saved (undefined where none was kept), taken out of ctx: the
-// caller's handle is then the only one. A graph kept for another backward (retain_graph=True;
-// also where no engine runs this backward) keeps its y for that one.
-inline at::Tensor take_kept_linear(torch::autograd::AutogradContext* ctx) {
-  const auto it = ctx->saved_data.find("y");
-  if (it == ctx->saved_data.end()) return {};
-  at::Tensor y = it->second.toTensor();
-  if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase(it);
-  return y;
-}
-
-// The forward's Linear x W^T + b: the y take_kept_linear took (`kept`), or recomputed.
-inline at::Tensor forward_linear(torch::autograd::AutogradContext* ctx, const at::Tensor& kept,
+// The forward's Linear x W^T + b: the y keep_linear_output kept, or recomputed where none was.
+// The kept y is the saved variable after the node's `inputs` saved ones (hooks set), or taken
+// out of ctx, the returned handle then the only one; a graph kept for another backward
+// (retain_graph=True; also where no engine runs this backward) keeps its y for that one.
+inline at::Tensor forward_linear(torch::autograd::AutogradContext* ctx,
+                                 const torch::autograd::variable_list& saved, size_t inputs,
                                  const at::Tensor& x, const at::Tensor& weight,
                                  const at::Tensor& bias) {
+  at::Tensor kept;
+  if (saved.size() > inputs) {
+    kept = saved[inputs];
+  } else if (const auto it = ctx->saved_data.find("y"); it != ctx->saved_data.end()) {
+    kept = it->second.toTensor();
+    if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase(it);
+  }
   if (!kept.defined()) return backward_linear(x, weight, bias);
   return ctx->saved_data["y_has_bias"].toBool() ? kept : kept + bias;
 }

@@ -84,14 +84,12 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
     }
     if (training) bump_versions(running_mean, running_var, num_batches_tracked);
     autograd::remember_rounding(ctx, "gemm_scale_batchnorm", numerics, x);
-    // y aside (keep_linear_output); the running statistics (eval mode) after the six inputs.
-    autograd::keep_linear_output(ctx, keep, x, bias);
-    if (training) {
-      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias});
-    } else {
-      ctx->save_for_backward({x, weight, bias, scale, bn_weight, bn_bias, running_mean,
-                              running_var});
-    }
+    // The running statistics (eval mode) after the six inputs; y aside, or last
+    // (keep_linear_output).
+    variable_list to_save{x, weight, bias, scale, bn_weight, bn_bias};
+    if (!training) to_save.insert(to_save.end(), {running_mean, running_var});
+    autograd::keep_linear_output(ctx, keep, x, bias, to_save);
+    ctx->save_for_backward(to_save);
     return out;
   }
 
@@ -120,8 +118,7 @@ class GemmScaleBatchnormFunction : public torch::autograd::Function<GemmScaleBat
       // live only until scale's gradient: the Linear's GEMMs below run without them, as
       // autograd's engine frees the reference's saved activations node by node (a step's peak
       // is at W's gradient).
-      const at::Tensor y =
-          autograd::forward_linear(ctx, autograd::take_kept_linear(ctx), x, weight, bias);
+      const at::Tensor y = autograd::forward_linear(ctx, saved, training ? 6 : 8, x, weight, bias);
       const at::Tensor z = y * scale;
       auto [out, save_mean, save_var_transform, reserve, impl_index] = at::_batch_norm_impl_index(
           z, gamma, beta, running_mean, running_var, training, /*momentum=*/0.0, eps,

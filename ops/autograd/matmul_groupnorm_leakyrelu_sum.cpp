@@ -58,8 +58,9 @@ class MatmulGroupnormLeakyreluSumFunction
                                                      numerics);
     }
     autograd::remember_rounding(ctx, "matmul_groupnorm_leakyrelu_sum", numerics, x);
-    autograd::keep_linear_output(ctx, keep, x, bias);  // y aside
-    ctx->save_for_backward({x, weight, bias, gn_weight, gn_bias});
+    variable_list to_save{x, weight, bias, gn_weight, gn_bias};
+    autograd::keep_linear_output(ctx, keep, x, bias, to_save);  // y aside, or last
+    ctx->save_for_backward(to_save);
     return out;
   }
 
@@ -82,8 +83,7 @@ class MatmulGroupnormLeakyreluSumFunction
       // engine frees the reference's saved activations node by node (a step's peak is at W's
       // gradient).
       const at::Tensor y =
-          autograd::forward_linear(ctx, autograd::take_kept_linear(ctx), x, weight, bias)
-              .to(gamma.scalar_type());
+          autograd::forward_linear(ctx, saved, 5, x, weight, bias).to(gamma.scalar_type());
       std::tie(dy, dgamma, dbeta) = fusedops::groupnorm_leakyrelu_sum_backward(
           grad_outputs[0], y, gamma, beta, num_groups, eps, negative_slope);
       grad_outputs[0].reset();

@@ -21,6 +21,14 @@ __host__ __device__ inline bool is_16_byte_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// N consecutive values moved as one access: 16-byte loads and stores where N * sizeof(T) is 16
+// and the address 16-byte aligned (memory-bound passes: one value a load leaves most of the
+// bandwidth unused).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
 // Four consecutive floats of a row of k from column col, those past k read as zero: one 16-byte
 // load where `vector` (the row 16-byte aligned, k a multiple of 4) and all four lie inside.
 __device__ __forceinline__ float4 load4(const float* row, int64_t col, int64_t k, bool vector) {

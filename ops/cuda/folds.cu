@@ -12,19 +12,45 @@ namespace fusedops::cuda {
 namespace {
 
 // folded[r, c] = mean over t < pool of src[(r * pool + t) * cols + c]; rows past
-// pooled_rows * pool are dropped, as AvgPool1d's floor does.
-template <typename scalar_t>
+// pooled_rows * pool are dropped, as AvgPool1d's floor does. A thread takes kVector consecutive
+// columns: 16-byte loads and stores (Vec) where the columns and both pointers allow them (the
+// fold is a pass over W, bound by reading it), one column otherwise. Each value is the same sum
+// in the same order either way.
+
+template <typename scalar_t, int kVector>
 __global__ void avgpool_fold_kernel(const scalar_t* __restrict__ src, scalar_t* __restrict__ folded,
                                     int64_t pooled_rows, int64_t cols, int64_t pool) {
-  const int64_t total = pooled_rows * cols;
+  using Pack = Vec<scalar_t, kVector>;
+  const int64_t packs = cols / kVector;  // cols % kVector == 0 (the caller's choice)
+  const int64_t total = pooled_rows * packs;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / cols;
-    const int64_t c = idx - r * cols;
-    double sum = 0.0;
-    for (int64_t t = 0; t < pool; ++t) sum += static_cast<double>(src[(r * pool + t) * cols + c]);
-    folded[idx] = static_cast<scalar_t>(sum / static_cast<double>(pool));
+    const int64_t r = idx / packs;
+    const int64_t c = (idx - r * packs) * kVector;
+    double sum[kVector] = {};
+    for (int64_t t = 0; t < pool; ++t) {
+      const Pack in = *reinterpret_cast<const Pack*>(src + (r * pool + t) * cols + c);
+#pragma unroll
+      for (int i = 0; i < kVector; ++i) sum[i] += static_cast<double>(in.v[i]);
+    }
+    Pack out;
+#pragma unroll
+    for (int i = 0; i < kVector; ++i) {
+      out.v[i] = static_cast<scalar_t>(sum[i] / static_cast<double>(pool));
+    }
+    *reinterpret_cast<Pack*>(folded + r * cols + c) = out;
   }
+}
+
+template <typename scalar_t, int kVector>
+void launch_avgpool_fold(const scalar_t* src, scalar_t* folded, int64_t pooled, int64_t cols,
+                         int64_t pool) {
+  const int threads = 256;
+  const int64_t blocks =
+      std::min<int64_t>(ceil_div(pooled * (cols / kVector), threads), 65535LL * 8);
+  avgpool_fold_kernel<scalar_t, kVector><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      src, folded, pooled, cols, pool);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t>
@@ -34,13 +60,15 @@ at::Tensor avgpool_fold_rows(const at::Tensor& src, int64_t pool) {
   const int64_t pooled = rows / pool;
   at::Tensor folded = src.dim() == 2 ? at::empty({pooled, cols}, src.options())
                                      : at::empty({pooled}, src.options());
-  const int64_t total = pooled * cols;
-  if (total == 0) return folded;
-  const int threads = 256;
-  const int64_t blocks = std::min<int64_t>(ceil_div(total, threads), 65535LL * 8);
-  avgpool_fold_kernel<scalar_t><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      src.data_ptr<scalar_t>(), folded.data_ptr<scalar_t>(), pooled, cols, pool);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (pooled * cols == 0) return folded;
+  constexpr int kVector = 16 / sizeof(scalar_t);
+  const scalar_t* s = src.data_ptr<scalar_t>();
+  scalar_t* f = folded.data_ptr<scalar_t>();
+  if (cols % kVector == 0 && is_16_byte_aligned(s) && is_16_byte_aligned(f)) {
+    launch_avgpool_fold<scalar_t, kVector>(s, f, pooled, cols, pool);
+  } else {
+    launch_avgpool_fold<scalar_t, 1>(s, f, pooled, cols, pool);
+  }
   return folded;
 }
 

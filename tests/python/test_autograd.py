@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch.autograd import gradcheck, gradgradcheck
 
 import fusedops
@@ -660,6 +661,36 @@ def test_a_training_step_refolds_w_in_the_memory_of_its_old_fold(key):
     peak = torch.cuda.max_memory_allocated() - baseline
     assert peak < w_bytes, (peak, w_bytes)
     assert torch.isfinite(y).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("key", ["39", "62"])
+def test_saved_tensor_hooks_see_the_kept_y(key):
+    """Activation checkpointing and offloading work through saved-tensor hooks
+    (torch.autograd.graph.saved_tensors_hooks): where hooks are set, the forward's kept y is
+    saved through them, as the reference's saved y is (kept aside, the hooks would never free or
+    move it); checkpointed gradients equal the plain ones."""
+    in_features, out_features = 256, 384
+    init_args = {"39": (in_features, out_features, (out_features,)),
+                 "62": (in_features, out_features, 24)}[key]
+    _, new = make_pair(key, init_args, device="cuda", dtype=torch.float32)
+    x = make_input((1024, in_features), "randn", device="cuda")
+    packed = []
+
+    def pack(t):
+        packed.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = new(x)
+    assert (1024, out_features) in packed, packed  # y (x is (1024, in_features))
+    out.float().square().mean().backward()
+    plain = {n: p.grad.clone() for n, p in new.named_parameters()}
+    new.zero_grad(set_to_none=True)
+    out = torch.utils.checkpoint.checkpoint(new, x, use_reentrant=False)
+    out.float().square().mean().backward()
+    for n, p in new.named_parameters():
+        assert torch.equal(p.grad, plain[n]), n
 
 
 def float32_backward_allocations(key):

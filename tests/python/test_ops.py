@@ -143,6 +143,36 @@ def test_avgpool_fold_linear(n_out, n_in, k, dtype, device):
     torch.testing.assert_close(F.linear(x, pw.double(), pb.double()), y, rtol=tol, atol=tol)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16],
+                         ids=["f64", "f32", "f16", "bf16"])
+@pytest.mark.parametrize("n_out,n_in,k,offset", [(1024, 512, 16, 0), (1000, 33, 3, 0),
+                                                 (1024, 512, 16, 1), (64, 24, 5, 0)])
+def test_avgpool_fold_linear_on_cuda_is_the_cpus_bit_for_bit(n_out, n_in, k, offset, dtype):
+    """The CUDA fold takes 16-byte columns where n_in and both pointers allow (n_in 512 and 24
+    in every dtype, 33 in none; offset 1: W a contiguous view one value into its storage, not
+    16-byte aligned) and single columns otherwise: each pooled value is the same double sum in
+    the same order as the CPU's, so the two agree bit for bit (and with float64's pooling to
+    within its one rounding to the dtype)."""
+    storage = torch.randn(n_out * n_in + offset, dtype=torch.float64).to(dtype)
+    w = storage[offset:].view(n_out, n_in)
+    b = torch.randn(n_out, dtype=torch.float64).to(dtype)
+    pw_cpu, pb_cpu = ops.avgpool_fold_linear(w, b, k)
+    w_cuda = torch.empty(n_out * n_in + offset, dtype=dtype, device="cuda")
+    w_cuda.copy_(storage)
+    w_cuda = w_cuda[offset:].view(n_out, n_in)
+    assert (w_cuda.data_ptr() % 16 == 0) == (offset == 0)
+    pw, pb = ops.avgpool_fold_linear(w_cuda, b.cuda(), k)
+    assert torch.equal(pw.cpu(), pw_cpu) and torch.equal(pb.cpu(), pb_cpu)
+    # float64's pooling, rounded once (half of fp16's smallest subnormal apart at most near 0).
+    expected = F.avg_pool1d(w.double().t().unsqueeze(0), k).squeeze(0).t()
+    tol = {torch.float64: dict(rtol=1e-12, atol=1e-14),
+           torch.float32: dict(rtol=2.0 ** -24, atol=1e-14),
+           torch.float16: dict(rtol=2.0 ** -11, atol=2.0 ** -25),
+           torch.bfloat16: dict(rtol=2.0 ** -8, atol=1e-14)}[dtype]
+    torch.testing.assert_close(pw.cpu().double(), expected, **tol)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("n_out,n_in", [(1000, 1023), (1023, 1000), (8192, 3), (1, 1), (5, 17)])
 def test_sum_fold_linear(n_out, n_in, dtype, device):

@@ -125,6 +125,12 @@ def test_training_table_only_from_a_run_with_training_rows():
                                             x_eager=4.0, compile_ms=4.5, x_compile=3.0)])
     assert render.render_training(compiled).splitlines()[4] == (
         "| 18 | 4x / 3x (1.5 ms) | - | - | - | - |")
+    # With the step's floor timed (bench/training.py's StepFloor), its ms follow fusedops'.
+    floored = dict(FIXTURE, training=[dict(row, mode="float32", fusedops_ms=1.5, eager_ms=6.0,
+                                           x_eager=4.0, floor_ms=1.25)])
+    lines = render.render_training(floored).splitlines()
+    assert lines[4] == "| 18 | 4x (1.5 ms; floor 1.25) | - | - | - | - |"
+    assert "StepFloor" in lines[0]
 
 
 @pytest.mark.parametrize("key", ["gpu", "commit", "commands", "bench", "kernelbench"])

@@ -38,6 +38,7 @@ def test_cpu_run_writes_a_row_per_model_and_mode(tmp_path, capsys):
         assert r["fusedops_ms"] > 0 and r["eager_ms"] > 0, r
         assert r["x_eager"] == r["eager_ms"] / r["fusedops_ms"]
         assert "compile_ms" not in r and r["fusedops_peak_mib"] is None  # CPU: no CUDA peak
+        assert r["floor_ms"] > 0 and r["floor_peak_mib"] is None, r
         limit = 1e-5 if r["mode"] == "float32" else 2e-2
         assert r["loss_rel_diff"] <= limit, r
     assert "| 39 | bfloat16 |" in capsys.readouterr().out
@@ -61,6 +62,21 @@ def test_each_timed_step_starts_from_the_snapshot():
     assert torch.equal(first, second)
     assert all(torch.equal(a, b)
                for a, b in zip((*new.parameters(), *new.buffers()), after_first))
+
+
+def test_the_floor_model_has_the_parameters_and_writes_each_gradient():
+    """StepFloor (the step's floor) holds a copy of each of the model's parameters (shape, dtype)
+    and its backward gives each a gradient of its shape: the optimizer's pass and the gradients'
+    writes are the real step's."""
+    _, new, _ = training.make_models("39", (16, 24, (24,)), "float32", "cpu")
+    floor = training.StepFloor(new)
+    assert [(p.shape, p.dtype) for p in floor.parameters()] == [
+        (p.shape, p.dtype) for p in new.parameters()]
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(floor.parameters(), new.parameters()))
+    y = floor(torch.randn(8, 16))
+    assert y.shape == (8, 1)
+    y.float().square().mean().backward()
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in floor.parameters())
 
 
 def test_training_phases_refuses_a_bad_mode_or_model(capsys):

@@ -68,7 +68,8 @@ argmax_rows_kernel(const scalar_t* __restrict__ grad_out, const scalar_t* __rest
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int w = 1; w < kWarps; ++w) {
-        if (index_s[w] != windows && (index == windows || beats(best_s[w], index_s[w], best, index))) {
+        if (index_s[w] != windows &&
+            (index == windows || beats(best_s[w], index_s[w], best, index))) {
           best = best_s[w], index = index_s[w];
         }
       }
@@ -129,7 +130,9 @@ window_sums_kernel(const int64_t* __restrict__ argmax, const acc* __restrict__ c
       for (int w = 1; w <= kWarps; ++w) offsets_s[w] += offsets_s[w - 1];
     }
     __syncthreads();
-    if (match) rows_s[offsets_s[warp] + __popc(mask & ((1u << lane) - 1u))] = static_cast<int>(i - tile);
+    if (match) {
+      rows_s[offsets_s[warp] + __popc(mask & ((1u << lane) - 1u))] = static_cast<int>(i - tile);
+    }
     __syncthreads();
     const int n = offsets_s[kWarps];
     for (int m = 0; m < n; ++m) {

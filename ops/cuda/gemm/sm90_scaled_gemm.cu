@@ -5,8 +5,8 @@
 // accumulation over K costs about 1e-5 relative at K = 8192 (issue 11), some 40 times below
 // the 11-bit rounding of each operand that TF32 and this form share (3-4e-4 against float64,
 // tests/python/test_tf32.py), and PyTorch's TF32 GEMM accumulates the same way. The promoted
-// mainloop it replaces held two accumulator sets, which kept its tile at 128 x 128 and its
-// rate at 582 TFLOP/s against cuBLAS's fp16 GEMM's 766 (H200, 16384 x 4096 x 4096).
+// mainloop it replaces held two accumulator sets, which kept its tile at 128 x 128, well below
+// cuBLAS's fp16 GEMM's rate (measured: docs/PERFORMANCE.md, "Issue 24, first pass").
 // Without sm_90a: sm90_cross_gemm.cu's stub.
 #if defined(FUSEDOPS_SM90A)
 #include "cuda/gemm/sm90_gemm_types.cuh"
