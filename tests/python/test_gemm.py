@@ -308,7 +308,7 @@ def engine_pair(first, second, tries=3):
     """The two calls' outputs, neither sent elsewhere by a verdict. A refused weight's verdict reaches the
     host asynchronously and, once there, sends the call to the exact SGEMM (other bits): the GPU
     is kept busy so that it cannot land during a call, and where it landed anyway (a host slower
-    than the sleep: a process's first launch of a kernel loads its module, on a loaded machine),
+    than the sleep, seen under pytest -n 8 on an H200),
     the pair is made again with a longer sleep."""
     cycles = 20_000_000
     for _ in range(tries):
