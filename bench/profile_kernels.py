@@ -1,13 +1,17 @@
 """Per-kernel GPU time of each ModelNew forward (torch.profiler), to see where the time goes.
 
     python bench/profile_kernels.py [--models 18,98,39,62,39L] [--tf32] [--batch 1024]
-        [--dtype float16] [--numerics eager] [--reference]
+        [--dtype float16 | --autocast float16] [--numerics eager] [--grad] [--reference]
 
 --reference profiles the reference model (PyTorch eager) as well, for a kernel-by-kernel
 comparison. 39L is model 39 at KernelBench's 16384 x 4096 -> 4096; model 39 trains, as
-KernelBench runs it.
+KernelBench runs it. --autocast DTYPE runs a float32 model inside torch.autocast (the input
+stays float32, as under autocast it arrives). --grad profiles with grad mode on and parameters
+requiring grad, as KernelBench's harness calls ModelNew (forwards only, no backward); without it
+the forwards run under torch.no_grad().
 """
 import argparse
+import contextlib
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -24,8 +28,14 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--reference", action="store_true")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--autocast", default=None, choices=("float16", "bfloat16"),
+                   help="a float32 model inside torch.autocast to this dtype")
+    p.add_argument("--grad", action="store_true",
+                   help="grad mode on (KernelBench's harness), not torch.no_grad()")
     p.add_argument("--numerics", default="accurate", choices=("accurate", "eager"))
     args = p.parse_args()
+    if args.autocast and args.dtype != "float32":
+        p.error("--autocast runs a float32 model: leave --dtype at float32")
     torch.backends.cuda.matmul.fp32_precision = "tf32" if args.tf32 else "ieee"
     dtype = getattr(torch, args.dtype)
     for label in args.models.split(","):
@@ -42,7 +52,10 @@ def main():
 def profile_one(key, prob, model, which, args, init_args, batch, dtype):
     model.train(key.startswith("39"))
     xs = [prob.make_input(batch, init_args, dtype=dtype, device="cuda") for _ in range(4)]
-    with torch.no_grad():
+    grad = torch.enable_grad() if args.grad else torch.no_grad()
+    cast = (torch.autocast("cuda", dtype=getattr(torch, args.autocast)) if args.autocast
+            else contextlib.nullcontext())
+    with grad, cast:
         for x in xs:
             model(x)
         torch.cuda.synchronize()
@@ -51,8 +64,9 @@ def profile_one(key, prob, model, which, args, init_args, batch, dtype):
                 model(xs[i % len(xs)])
             torch.cuda.synchronize()
     precision = "tf32" if args.tf32 else "ieee"
-    print(f"== {which} {key} {args.dtype} {args.numerics} (float32 matmul {precision}), "
-          "per-forward GPU time by kernel")
+    mode = f"autocast {args.autocast}" if args.autocast else args.dtype
+    print(f"== {which} {key} {mode} {args.numerics} (float32 matmul {precision}), "
+          f"grad mode {'on' if args.grad else 'off'}, per-forward GPU time by kernel")
     rows = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:8]
     total = sum(e.device_time_total for e in prof.key_averages()) / args.iters
     for e in rows:

@@ -21,6 +21,9 @@
 // double backward (create_graph) recompute the reference's chain under autograd
 // (autograd/backward_by_recompute.h) and differentiate that.
 //
+// Wp comes from the fold cache where the forward cached it (pooled_weights), else from
+// avgpool_fold_linear.
+//
 // avgpool_fold_linear saves nothing but the weight and bias: it is linear in them, and the
 // recomputed mean-of-rows has exactly the pooling's gradient (1/k to each pooled row).
 #include <ATen/ATen.h>
@@ -33,6 +36,8 @@
 #include <tuple>
 
 #include "common/checks.h"
+#include "common/fold_cache.h"
+#include "common/operator_folds.h"
 #include "autograd/backward_by_recompute.h"
 #include "autograd/backward_gemms.h"
 #include "fusedops/fusedops.h"
@@ -55,6 +60,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
     autograd::remember_rounding(ctx, "matmul_avgpool_gelu_scale_max", numerics, x);
     ctx->saved_data["pool_kernel_size"] = pool_kernel_size;
     ctx->saved_data["scale_factor"] = scale_factor;
+    ctx->saved_data["cache_folds"] = cache_folds;
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fusedops::matmul_avgpool_gelu_scale_max(x, weight, bias, pool_kernel_size,
                                                    scale_factor, cache_folds, numerics);
@@ -70,11 +76,7 @@ class MatmulAvgpoolGeluScaleMaxFunction
     const double scale = ctx->saved_data["scale_factor"].toDouble();
     // In the forward's dtypes (autograd/backward_by_recompute.h: the same rule).
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    at::Tensor wp, bp;
-    {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      std::tie(wp, bp) = fusedops::avgpool_fold_linear(weight, bias, k);
-    }
+    const auto [wp, bp] = pooled_weights(ctx, weight, bias, k);
     // An inference tensor weight (a model built under inference mode) gets none, as in the
     // reference, whose Linear reaches it through a view autograd cannot track (W^T).
     const std::array<bool, 3> needed = {ctx->needs_input_grad(0),
@@ -91,6 +93,24 @@ class MatmulAvgpoolGeluScaleMaxFunction
   }
 
  private:
+  // Wp and bp: the fold the forward made and cached with W (a step's second read of all of W
+  // saved), where the forward could cache (the resolved cache_folds: a raw op call recorded
+  // with a weight that requires grad, as gradcheck makes, folds afresh) and that fold is in W's
+  // dtype (the CPU forward folds a half W in float32); else folded again. One fold function
+  // makes both (cuda/folds.h, cpu/), so the gradient's bits are the same either way.
+  static std::tuple<at::Tensor, at::Tensor> pooled_weights(AutogradContext* ctx,
+                                                           const at::Tensor& weight,
+                                                           const at::Tensor& bias, int64_t k) {
+    if (ctx->saved_data["cache_folds"].toBool()) {
+      const std::optional<FoldTensors> cached = cached_fold(kAvgPoolLinearFold, k, {weight, bias});
+      if (cached && (*cached)[0].scalar_type() == weight.scalar_type()) {
+        return {(*cached)[0], (*cached)[1]};
+      }
+    }
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fusedops::avgpool_fold_linear(weight, bias, k);
+  }
+
   // The pooled Linear output the argmax is taken over (see the top).
   static at::Tensor pooled_linear(const at::Tensor& x, const at::Tensor& weight,
                                   const at::Tensor& bias, const at::Tensor& wp,

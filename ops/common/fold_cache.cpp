@@ -293,6 +293,13 @@ c10::intrusive_ptr<Anchor> anchor_of(const at::Tensor& t) {
   return anchor;
 }
 
+// Whether t's TensorImpl holds an anchor already (a lookup that will not store needs none).
+bool has_anchor(const at::Tensor& t) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  std::lock_guard<std::mutex> lock(attach_mutex(impl));
+  return dynamic_cast<Anchor*>(impl->get_backend_meta_intrusive_ptr().get()) != nullptr;
+}
+
 }  // namespace
 
 Slot::Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources)
@@ -405,6 +412,17 @@ void Slot::verify(const FoldTensors& fresh) const {
                 "clear_fold_cache() after such a write, or use cache_folds=False "
                 "(FUSEDOPS_CHECK_FOLDS / fusedops.checking_folds() found this)");
   }
+}
+
+std::optional<FoldTensors> Slot::cached(const FoldKind& kind, int64_t param,
+                                        c10::ArrayRef<at::Tensor> sources) {
+  if (sources.empty() || !std::all_of(sources.begin(), sources.end(), cacheable) ||
+      !has_anchor(sources[0])) {
+    return std::nullopt;
+  }
+  Slot slot(kind, param, sources);
+  if (const FoldTensors* hit = slot.hit()) return *hit;
+  return std::nullopt;
 }
 
 namespace {

@@ -126,6 +126,9 @@ class Slot {
   FoldTensors store(FoldTensors made);
   // After a hit: throws when `fresh` differs from the cached fold (see "Checking").
   void verify(const FoldTensors& fresh) const;
+  // A lookup that stores nothing (cached_fold below).
+  static std::optional<FoldTensors> cached(const FoldKind& kind, int64_t param,
+                                           c10::ArrayRef<at::Tensor> sources);
 
  private:
   const FoldKind* kind_;
@@ -214,6 +217,17 @@ FoldTensors fold_weights(const FoldKind& kind, int64_t param, c10::ArrayRef<at::
     return *cached;
   }
   return slot.store(fold_cache_detail::compute_fold(compute));
+}
+
+// The fold of `sources` that fold_weights cached, where one is valid now (made readable on the
+// current stream, as a hit is), else none; it computes and stores nothing, and with hits being
+// checked (see "Checking") it finds none, so that the caller folds afresh. For a backward that
+// reads what its forward cached (model 98's pooled Linear: autograd/) and folds again where
+// its forward did not cache.
+inline std::optional<FoldTensors> cached_fold(const FoldKind& kind, int64_t param,
+                                              c10::ArrayRef<at::Tensor> sources) {
+  if (fold_check_enabled()) return std::nullopt;
+  return fold_cache_detail::Slot::cached(kind, param, sources);
 }
 
 }  // namespace fusedops

@@ -62,6 +62,37 @@ TEST(FoldCache, ReusesWhileWeightsStayTheSame) {
   EXPECT_TRUE(at::allclose(second[0], w.sum(0)));
 }
 
+// cached_fold (a backward reading what its forward cached): the valid fold itself, and nothing
+// where none was cached, where it went stale, under another parameter or while hits are
+// checked; it computes and stores nothing, and attaches no anchor to a weight it finds bare.
+TEST(FoldCache, CachedFoldFindsOnlyAValidFoldAndStoresNone) {
+  at::Tensor w = at::randn({16, 8}, at::kDouble);
+  const at::Tensor b = at::randn({16}, at::kDouble);
+  const FoldCacheStats before = fold_cache_stats();
+  EXPECT_FALSE(cached_fold(kTestFold, 0, {w, b}).has_value());
+  EXPECT_EQ(fold_cache_stats().weights, before.weights);
+  CountingFold fold;
+  lookup(w, b, fold, /*enabled=*/false);
+  EXPECT_FALSE(cached_fold(kTestFold, 0, {w, b}).has_value());
+  const FoldTensors made = lookup(w, b, fold);
+  const std::optional<FoldTensors> found = cached_fold(kTestFold, 0, {w, b});
+  ASSERT_TRUE(found.has_value());
+  EXPECT_TRUE((*found)[0].is_same(made[0]));
+  EXPECT_TRUE((*found)[1].is_same(made[1]));
+  EXPECT_FALSE(cached_fold(kTestFold, 1, {w, b}).has_value());
+  {
+    const FoldCheckScope checking;
+    EXPECT_FALSE(cached_fold(kTestFold, 0, {w, b}).has_value());
+  }
+  EXPECT_EQ(fold.calls, 2);
+  const FoldCacheStats held = fold_cache_stats();
+  EXPECT_EQ(held.misses, before.misses + 2);
+  w.add_(1);
+  EXPECT_FALSE(cached_fold(kTestFold, 0, {w, b}).has_value());
+  EXPECT_EQ(fold_cache_stats().entries, held.entries - 1);  // the stale fold freed
+  EXPECT_EQ(fold.calls, 2);
+}
+
 TEST(FoldCache, InPlaceWriteOfEitherSourceRecomputes) {
   at::Tensor w = at::randn({16, 8}, at::kDouble);
   at::Tensor b = at::randn({16}, at::kDouble);

@@ -560,6 +560,35 @@ def test_backward_keeps_the_forwards_y(key, mode, dtype):
             assert_within_tolerance(g[rows], grads_ref[name][rows], tol, grads64[name][rows])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_model98_backward_reads_the_forwards_fold(device, dtype):
+    """Model 98's backward takes the pooled weight its forward made and cached with W instead of
+    folding all of W again (a training step's second read of W); with cache_folds=False (and so
+    for a raw op call recorded with a weight that requires grad, as gradcheck makes) it folds
+    again. The gradients are the same bits either way (one fold function makes both) and match
+    the reference's."""
+    in_features, out_features, k = MODERATE_ARGS["98"][:3]
+    ref, new = make_pair("98", MODERATE_ARGS["98"], device=device, dtype=dtype)
+    x = make_input((MODERATE_BATCH, in_features), "randn", dtype=dtype, device=device)
+    grad_out = torch.randn(MODERATE_BATCH, dtype=dtype, device=device)
+    grads, folds = {}, {}
+    for cache in (True, False):
+        new.cache_folds = cache
+        new.zero_grad(set_to_none=True)
+        xr = x.clone().requires_grad_()
+        out = new(xr)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out.backward(grad_out)
+        folds[cache] = sum(e.name == "fusedops::avgpool_fold_linear" for e in prof.events())
+        grads[cache] = {"x": xr.grad, **{n: p.grad for n, p in new.named_parameters()}}
+    assert folds == {True: 0, False: 1}, folds
+    for name, g in grads[True].items():
+        assert torch.equal(g, grads[False][name]), name
+    _, grads_ref, _ = forward_backward(ref, x, grad_out)
+    assert_same_grads(grads[True], grads_ref, dtype,
+                      scale=max(1.0, max(g.abs().max().item() for g in grads_ref.values())))
+
+
 HALF_DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16")]
 
 

@@ -144,17 +144,10 @@ def test_weight_refused_is_exact_from_the_first_call(engine, kind, m, n, k):
                 model.gemm.weight[11] *= 2.0 ** -60
     x = make_input((m, k), "randn", device="cuda")
     expected, expected64 = run_trio(ref, new, x)[1:3]
-    torch.ops.fusedops.clear_fold_cache()
-    torch.cuda._sleep(20_000_000)  # the GPU busy: the verdict cannot reach the host in the call
-    torch.ops.fusedops.record_routes(True)
-    try:
-        with torch.no_grad():
-            first = new(x)  # makes the fold
-    finally:
-        torch.ops.fusedops.record_routes(False)
-    routes = list(torch.ops.fusedops.routes_taken())
+    with torch.no_grad():
+        (first,), routes = on_the_engine(lambda: new(x))  # the call that makes the fold
     # The engine's route (split-K or not), no fallback: the guard recomputed the rows.
-    assert len(routes) == 1 and ": 3xfp16" in routes[0] and "instead of" not in routes[0], routes
+    assert ": 3xfp16" in routes[0], routes
     assert_exact_for_refused_weight(kind, first, expected, expected64)
     torch.cuda.synchronize()  # the verdict's copy has landed
     later = fusedops.explain(new, x)
@@ -304,16 +297,18 @@ def test_rows_far_apart_keep_their_bits(engine):
     assert_float32(out, expected, expected64)
 
 
-def engine_pair(first, second, tries=3):
-    """The two calls' outputs, neither sent elsewhere by a verdict. A refused weight's verdict reaches the
-    host asynchronously and, once there, sends the call to the exact SGEMM (other bits): the GPU
-    is kept busy so that it cannot land during a call, and where it landed anyway (a host slower
-    than the sleep, seen under pytest -n 8 on an H200),
-    the pair is made again with a longer sleep."""
+def on_the_engine(*calls, tries=3):
+    """Each call's output and route, none sent elsewhere by a verdict. A refused weight's verdict
+    (the GPU's check of W, made with its fold) reaches the host asynchronously and, once there,
+    sends the calls after it to the exact SGEMM (other bits). So each try clears the folds (its
+    first call makes them again) and keeps the GPU busy before every call, so that the verdict
+    cannot land during one; where it landed anyway (a host slower than the sleep, seen under
+    pytest -n 8 on an H200), the calls are made again with a 10x longer sleep."""
     cycles = 20_000_000
     for _ in range(tries):
+        torch.ops.fusedops.clear_fold_cache()
         outs, routes = [], []
-        for call in (first, second):
+        for call in calls:
             torch.cuda._sleep(cycles)
             torch.ops.fusedops.record_routes(True)
             try:
@@ -322,10 +317,10 @@ def engine_pair(first, second, tries=3):
                 torch.ops.fusedops.record_routes(False)
             routes += list(torch.ops.fusedops.routes_taken())
         if not any("instead of" in r for r in routes):
-            assert len(routes) == 2, routes
-            return outs
+            assert len(routes) == len(calls), routes
+            return outs, routes
         cycles *= 10
-    pytest.fail(f"the verdict reached the host during the call in {tries} tries: {routes}")
+    pytest.fail(f"the verdict reached the host during the calls in {tries} tries: {routes}")
 
 
 @requires_hopper
@@ -344,8 +339,9 @@ def test_gemm_nt_reads_a_transposed_b_as_it_lies(engine, m, n, k, kind):
         a[m // 2, k // 2:] *= 2.0 ** -20
     elif kind == "inf":
         bt[k // 3, n // 2] = float("inf")
-    as_view, copied = engine_pair(lambda: torch.ops.fusedops.gemm_nt(a, bt.t()),
-                                  lambda: torch.ops.fusedops.gemm_nt(a, bt.t().contiguous()))
+    (as_view, copied), _ = on_the_engine(
+        lambda: torch.ops.fusedops.gemm_nt(a, bt.t()),
+        lambda: torch.ops.fusedops.gemm_nt(a, bt.t().contiguous()))
     assert torch.equal(as_view.isnan(), copied.isnan())
     assert torch.equal(as_view.nan_to_num(), copied.nan_to_num())
     if kind != "inf":
