@@ -133,10 +133,9 @@ def render_kernelbench(results) -> str:
 def render_compile(results) -> str:
     rows = results.get("precisions")
     if not rows:
-        return ("This run's docs/results.json has no precisions table: `python3 "
-                "bench/precisions.py --reps 20 --json precisions.json` on the GPU, then "
-                "bench/results.py with `--precisions precisions.json`. The last one measured: "
-                "\"Issue 24, second pass\" in the log below.")
+        return ("This run's docs/results.json has no precisions table: scripts/gpu_check.sh's "
+                "precisions step makes it (bench/precisions.py), unless skipped. The last one "
+                "measured: \"Issue 24, second pass\" in the log below.")
     if all(r.get("compile_vs_fusedops") is None for r in rows):
         return ("This run's precisions table has no torch.compile column (bench/precisions.py "
                 "ran with --no-compile: about 30 compiles): run it without --no-compile for "
@@ -163,10 +162,9 @@ def render_floor(results) -> str:
     plus y's round trip for model 39 in training), for the models that run that GEMM."""
     rows = [r for r in results.get("precisions") or [] if "floor_ms" in r]
     if not rows:
-        return ("This run's docs/results.json has no floor column: `python3 bench/precisions.py "
-                "--reps 20 --json precisions.json` on the GPU, then bench/results.py with "
-                "`--precisions precisions.json`. The last one measured: \"Issue 39, first "
-                "pass\" in the log below.")
+        return ("This run's docs/results.json has no floor column: scripts/gpu_check.sh's "
+                "precisions step makes it (bench/precisions.py), unless skipped. The last one "
+                "measured: \"Issue 39, first pass\" in the log below.")
     lines = [provenance(results, "fusedops' time over its floor (cuBLAS's bare GEMM at the same "
                         "shape and dtype in the same run, plus one read and one write of y at "
                         "copy bandwidth for model 39 in training; 1.00x is the floor), "

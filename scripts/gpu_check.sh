@@ -3,8 +3,8 @@
 # pytest), compute-sanitizer memcheck and racecheck over every op's CUDA kernels, then the
 # benchmark. Logs and JSON go to $OUT (default ./out); a summary table is printed last.
 #   scripts/gpu_check.sh [bench args...]     e.g. --models 18,98 --no-compile
-#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench training results
-#     compare"
+#   FUSEDOPS_GPU_CHECK_SKIP="build tests sanitizer deploy serving bench kernelbench training
+#     precisions results compare"
 #     leave steps out ("build" reuses the build directories of an earlier call on the same
 #     machine)
 #   FUSEDOPS_KERNELBENCH   a KernelBench checkout for the harness step (default .carry/kernelbench:
@@ -189,6 +189,14 @@ if ! skip training; then
   step training training.log "$FUSEDOPS_PYTHON" "$ROOT/bench/training.py" --no-compile \
     --json "$OUT/training.json"
 fi
+# Every deployment precision (bench/precisions.py, issues 24 and 39): fusedops against eager,
+# torch.compile and cuBLAS's bare GEMM (the floor) in float32, TF32, float16, bfloat16 and
+# autocast, one process: the summary's compile and floor tables. About 2 minutes on an H200,
+# its 30 compiles included.
+if ! skip precisions; then
+  step precisions precisions.log "$FUSEDOPS_PYTHON" "$ROOT/bench/precisions.py" --reps 20 \
+    --json "$OUT/precisions.json"
+fi
 # The results file (bench/results.py): the bench and kernelbench outputs of this call, the GPU,
 # the commit and this command, for docs/results.json (bench/render_results.py writes README's
 # and docs/PERFORMANCE.md's tables from it). The commit: git's HEAD, or FUSEDOPS_COMMIT where
@@ -197,10 +205,11 @@ fi
 if ! skip results && [[ ${status[bench]:-1} == 0 && ${status[kernelbench]:-1} == 0 ]]; then
   command="bash scripts/gpu_check.sh${*:+ $*}"
   [[ -n ${FUSEDOPS_GPU_CHECK_SKIP:-} ]] && command="FUSEDOPS_GPU_CHECK_SKIP=\"$FUSEDOPS_GPU_CHECK_SKIP\" $command"
-  training_args=()  # this call's training rows, where its step ran and passed
-  [[ ${status[training]:-1} == 0 ]] && training_args=(--training "$OUT/training.json")
+  optional_rows=()  # this call's training and precisions rows, where their steps ran and passed
+  [[ ${status[training]:-1} == 0 ]] && optional_rows=(--training "$OUT/training.json")
+  [[ ${status[precisions]:-1} == 0 ]] && optional_rows+=(--precisions "$OUT/precisions.json")
   step results results.log "$FUSEDOPS_PYTHON" "$ROOT/bench/results.py" --bench "$OUT/bench.json" \
-    --kernelbench "$OUT/kernelbench.json" "${training_args[@]}" --command "$command" \
+    --kernelbench "$OUT/kernelbench.json" "${optional_rows[@]}" --command "$command" \
     --out "$OUT/results.json" ${FUSEDOPS_COMMIT:+--commit "$FUSEDOPS_COMMIT"}
 fi
 if [[ -n $BASELINE && ${status[build-baseline]} == 0 ]] && ! skip compare; then
