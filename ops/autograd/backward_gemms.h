@@ -84,7 +84,16 @@ inline void keep_linear_output(torch::autograd::AutogradContext* ctx, const Keep
     at::Tensor y = kept.y;
     has_bias = kept.bias_added;
     if (y.scalar_type() != x.scalar_type()) {
-      y = (has_bias ? y : y + bias).to(x.scalar_type());
+      // In x's dtype, the bias added: one pass (the float sum rounded as it is stored, the bits
+      // of (y + bias).to(dtype)), where an add and a cast read and wrote y twice (a grad-mode
+      // forward's largest cost after its GEMM and BatchNorm; KernelBench's harness pays it).
+      at::Tensor rounded = at::empty_like(y, y.options().dtype(x.scalar_type()));
+      if (has_bias) {
+        rounded.copy_(y);
+      } else {
+        at::add_out(rounded, y, bias);
+      }
+      y = std::move(rounded);
       has_bias = true;
     }
     if (at::SavedTensorDefaultHooks::get_hooks().has_value()) {
