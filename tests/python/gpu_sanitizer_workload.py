@@ -66,6 +66,25 @@ def main():
                                          atol=tol, rtol=tol)
                 print(f"{key} {init_args} {dtype} batch {batch}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
+    # numerics="eager" (float16/bfloat16 y in the model's dtype): model 39's resident kernel
+    # (n % 8 == 0, a part-empty 64-column block; 3 and 300 rows) and its streaming passes (1100
+    # rows: the normalize pass's batched rows and tail); model 62's eager GroupNorm kernel on
+    # whole 16-byte groups (64 / 4 = 16 channels) and on groups that are not (48 / 3).
+    for key, init_args in (("39", (77, 56, (56,))), ("62", (77, 64, 4)), ("62", (80, 48, 3))):
+        prob = PROBLEMS[key]
+        for dtype in (torch.float16, torch.bfloat16):
+            for batch in (3, 300, 1100):
+                ref = prob.model(*init_args).cuda().to(dtype)
+                new = prob.model_new(*init_args, numerics="eager").cuda().to(dtype)
+                new.load_state_dict(ref.state_dict())
+                x = prob.make_input(batch, init_args, dist="randn", dtype=dtype, device="cuda")
+                with torch.no_grad():
+                    out_ref, out_new = ref(x), new(x)
+                torch.cuda.synchronize()
+                ok = torch.allclose(out_new.double(), out_ref.double(), atol=2e-2, rtol=2e-2)
+                print(f"{key} {init_args} {dtype} eager batch {batch}: "
+                      f"{'ok' if ok else 'MISMATCH'}")
+                failures += not ok
     # The float32 skinny kernel (1-4 rows, SGEMM named) in each of its K splits: 1, 2, 4 and 8
     # warps a pair of W's rows, odd widths (a warp left with one row, a partial block).
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -30,6 +30,12 @@ constexpr int kStatThreadsX = 32;
 constexpr int kStatRowThreads = 8;
 constexpr int kMaxRowSlices = 64;
 constexpr int kThreads = 256;
+// The normalize pass: rows a block at least, and rows whose loads a thread issues at once: 4
+// for a float32 y (16384 x 4096 on an H200: 102 -> 95 us), 1 for a half y, whose 8-column
+// thread then held more registers and ran slower (82 -> 95 us).
+constexpr int64_t kNormalizeRows = 8;
+template <typename ys_t>
+constexpr int kNormalizeBatch = sizeof(ys_t) == 2 ? 1 : 4;
 
 // The scale broadcasts through strides: scale[i * row_stride + j * col_stride].
 struct ScaleView {
@@ -357,39 +363,68 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
     be[e] = static_cast<y_t>(beta[j0 + e]);
   }
   const ColumnScales<scalar_t, V> scales(scale, sv, j0);
-  for (int64_t i = blockIdx.y; i < batch; i += gridDim.y) {
+  const auto normalize_row = [&](int64_t i, const Vec<ys_t, V>& raw) {
     y_t v[V], o[V];
-    load_vector<V>(y + i * n + j0, v);
+    load_vector<V>(raw.v, v);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
       o[e] = Math::normalize(z, c[e], m[e], be[e]);
     }
     store_vector<V>(out + i * n + j0, o);
+  };
+  // kBatch rows' loads issued before any is used: one load in flight a thread left the float32
+  // pass latency-bound, below the memory's bandwidth.
+  const auto row_piece = [&](int64_t i) {
+    return *reinterpret_cast<const Vec<ys_t, V>*>(y + i * n + j0);
+  };
+  constexpr int kBatch = kNormalizeBatch<ys_t>;
+  const int64_t step = gridDim.y;
+  int64_t i = blockIdx.y;
+  for (; kBatch > 1 && i + (kBatch - 1) * step < batch; i += kBatch * step) {
+    Vec<ys_t, V> raw[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) raw[b] = row_piece(i + b * step);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) normalize_row(i + b * step, raw[b]);
   }
+  for (; i < batch; i += step) normalize_row(i, row_piece(i));
 }
 
-// The one-read path for the common training case (float32 y, one scale value per column,
-// batch <= kResidentRowGroups * 16): a block owns kResidentCols columns over the whole batch
-// and keeps them in registers, so y is read once and out written once (the streaming passes
-// read y twice and launch two more kernels). With the columns in registers the statistics are
-// exact two-pass (the mean, then the mean squared deviation from it, both in double) rather
-// than the shifted one-pass sums of the streaming path. 32 columns a block: one 128-byte
-// segment of each row (64-byte segments ran slower).
+// The one-read path for the common training case (batch <= kResidentRowGroups * 16, one scale
+// value per column): a block owns a strip of columns over the whole batch and keeps it in
+// registers, so y is read once and out written once (the streaming passes read y twice and
+// launch two more kernels). A thread holds one 16-byte piece of each of its rows: V = 4
+// columns of a float32 y (the accurate routes: the statistics of y, those of z follow) or 8
+// of a float16/bfloat16 y (the eager route: z, the reference's rounded product, formed as the
+// piece is loaded and kept in y's dtype, which holds it exactly; the statistics of z).
+// kResidentQuads pieces make one 128-byte segment of a row (64-byte segments ran slower):
+// 32 columns a block for float32, 64 for half, so a half y of 1024 x 8192 is one wave.
+// With the columns in registers the statistics are two-pass (the mean, then the mean squared
+// deviation from it): in double for float32 y; for a half z a thread's rows in float (at most
+// 16 terms, each exact in float's 24 bits to within 2^-24), then double across threads.
 constexpr int kResidentQuads = 8;
-constexpr int kResidentCols = 4 * kResidentQuads;
 constexpr int kResidentRowGroups = 64;  // rows at a time; a thread holds kRows of them
 constexpr int kResidentThreads = kResidentQuads * kResidentRowGroups;
 static_assert(kResidentRowGroups * 16 == kBatchNormOnePassRows,
               "the planner's rule for the moments route counts this kernel's rows");
 constexpr int kResidentWarps = kResidentThreads / kWarpSize;
 
-// The block's column totals of v: summed over the lanes of each warp that hold the same column
-// quad (lanes q, q + 8, ...), lanes 0..7 write their quad's 4 totals for the warp, and thread
-// c < kResidentCols returns column c's sum over the warps, in order.
-__device__ __forceinline__ double column_totals(double (&v)[4], double (*s_part)[kResidentCols]) {
+template <typename ys_t>
+struct ResidentPiece {
+  static constexpr int V = 16 / static_cast<int>(sizeof(ys_t));  // columns a thread
+  static constexpr int kCols = V * kResidentQuads;                 // columns a block
+  using part_t = std::conditional_t<sizeof(ys_t) == 4, double, float>;
+};
+
+// The block's column totals of v: summed over the lanes of each warp that hold the same
+// columns (lanes q, q + 8, ...), lanes 0..7 write their V totals for the warp, and thread
+// c < kCols returns column c's sum over the warps, in order.
+template <int V, typename part_t>
+__device__ __forceinline__ double column_totals(part_t (&v)[V],
+                                                double (*s_part)[V * kResidentQuads]) {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
+  for (int e = 0; e < V; ++e) {
 #pragma unroll
     for (int offset = kResidentQuads; offset < kWarpSize; offset *= 2) {
       v[e] += __shfl_xor_sync(0xffffffffu, v[e], offset);
@@ -398,11 +433,11 @@ __device__ __forceinline__ double column_totals(double (&v)[4], double (*s_part)
   const int lane = threadIdx.x % kWarpSize;
   if (lane < kResidentQuads) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s_part[threadIdx.x / kWarpSize][4 * lane + e] = v[e];
+    for (int e = 0; e < V; ++e) s_part[threadIdx.x / kWarpSize][V * lane + e] = v[e];
   }
   __syncthreads();
   double total = 0.0;
-  if (threadIdx.x < kResidentCols) {
+  if (threadIdx.x < V * kResidentQuads) {
     for (int w = 0; w < kResidentWarps; ++w) total += s_part[w][threadIdx.x];
   }
   return total;
@@ -411,84 +446,112 @@ __device__ __forceinline__ double column_totals(double (&v)[4], double (*s_part)
 // nbt_read: num_batches_tracked when the factor is cumulative (momentum=None), else null;
 // counter: the counter to bump when no block reads it (momentum given), else null and a count
 // kernel bumps it after this one, so that no block can read a bumped value.
-template <typename scalar_t, int kRows>
+template <typename scalar_t, typename ys_t, int kRows, bool kOfY, typename Z>
 __global__ void __launch_bounds__(kResidentThreads, 1)
-batchnorm_resident_kernel(const float* __restrict__ y, const scalar_t* __restrict__ bias,
+batchnorm_resident_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                           const scalar_t* __restrict__ scale, int64_t scale_col_stride,
                           const scalar_t* __restrict__ gamma, const scalar_t* __restrict__ beta,
                           scalar_t* __restrict__ running_mean, scalar_t* __restrict__ running_var,
                           const int64_t* __restrict__ nbt_read, int64_t* __restrict__ counter,
                           double momentum, double eps, scalar_t* __restrict__ out, int64_t batch,
                           int64_t n) {
-  __shared__ double s_part[kResidentWarps][kResidentCols];
-  __shared__ double s_mean[kResidentCols];
-  __shared__ float s_center[kResidentCols];
-  __shared__ float s_mul[kResidentCols];
+  using Piece = ResidentPiece<ys_t>;
+  using part_t = typename Piece::part_t;
+  constexpr int V = Piece::V, kCols = Piece::kCols;
+  __shared__ double s_part[kResidentWarps][kCols];
+  __shared__ double s_mean[kCols];
+  __shared__ float s_center[kCols];
+  __shared__ float s_mul[kCols];
   const int quad = threadIdx.x % kResidentQuads;
   const int group = threadIdx.x / kResidentQuads;
-  const int64_t col0 = blockIdx.x * static_cast<int64_t>(kResidentCols);
-  const int64_t j0 = col0 + 4 * quad;
-  const bool active = j0 < n;  // n % 4 == 0: a quad is wholly inside or wholly outside
+  const int64_t col0 = blockIdx.x * static_cast<int64_t>(kCols);
+  const int64_t j0 = col0 + V * quad;
+  const bool active = j0 < n;  // n % V == 0: a piece is wholly inside or wholly outside
+  const auto row = [&](int r) { return group + static_cast<int64_t>(r) * kResidentRowGroups; };
+  // Row r's piece is at offset + r * step in y and out (one base, not a pointer a row).
+  const int64_t offset = group * n + j0, step = kResidentRowGroups * n;
 
-  float4 v[kRows];
+  // y's pieces (kOfY) or z's, rounded to ys_t as the reference writes it; zeros past the batch.
+  uint4 raw[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const int64_t i = group + static_cast<int64_t>(r) * kResidentRowGroups;
-    v[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (active && i < batch) v[r] = __ldcs(reinterpret_cast<const float4*>(y + i * n + j0));
-  }
-  double acc[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    acc[0] += v[r].x;
-    acc[1] += v[r].y;
-    acc[2] += v[r].z;
-    acc[3] += v[r].w;
-  }
-  const double sum = column_totals(acc, s_part);
-  if (threadIdx.x < kResidentCols) s_mean[threadIdx.x] = sum / static_cast<double>(batch);
-  __syncthreads();
-  double mean[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    mean[e] = s_mean[4 * quad + e];
-    acc[e] = 0.0;
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t i = group + static_cast<int64_t>(r) * kResidentRowGroups;
-    if (i < batch) {  // rows past the batch hold zeros, not samples
-      const double d[4] = {v[r].x - mean[0], v[r].y - mean[1], v[r].z - mean[2],
-                           v[r].w - mean[3]};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] += d[e] * d[e];
+    raw[r] = make_uint4(0u, 0u, 0u, 0u);
+    if (active && row(r) < batch) {
+      raw[r] = __ldcs(reinterpret_cast<const uint4*>(y + offset + r * step));
     }
   }
-  const double sq = column_totals(acc, s_part);  // s_part last read before the barrier above
-  if (threadIdx.x < kResidentCols && col0 + threadIdx.x < n) {
+  if constexpr (!kOfY) {
+    if (active) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const scalar_t s = scale[(j0 + e) * scale_col_stride];  // z's scale, in its dtype
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          ys_t* piece = reinterpret_cast<ys_t*>(&raw[r]);
+          piece[e] = static_cast<ys_t>(Z::z(static_cast<float>(piece[e]), bias, s, j0 + e));
+        }
+      }
+    }
+  }
+  const auto value = [&](int r, int e) {
+    return static_cast<part_t>(reinterpret_cast<const ys_t*>(&raw[r])[e]);
+  };
+  part_t acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] += value(r, e);
+  }
+  const double sum = column_totals<V>(acc, s_part);
+  if (threadIdx.x < kCols) s_mean[threadIdx.x] = sum / static_cast<double>(batch);
+  __syncthreads();
+  part_t mean[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    mean[e] = static_cast<part_t>(s_mean[V * quad + e]);
+    acc[e] = 0;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (row(r) < batch) {  // rows past the batch hold zeros, not samples
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const part_t d = value(r, e) - mean[e];
+        acc[e] += d * d;
+      }
+    }
+  }
+  const double sq = column_totals<V>(acc, s_part);  // s_part last read before the barrier above
+  if (threadIdx.x < kCols && col0 + threadIdx.x < n) {
     const int64_t j = col0 + threadIdx.x;
     const double count = static_cast<double>(batch);
-    finish_training_column(j, s_mean[threadIdx.x], sq / count, true, bias, scale,
+    finish_training_column(j, s_mean[threadIdx.x], sq / count, kOfY, bias, scale,
                            scale_col_stride, gamma, running_mean, running_var, nbt_read, momentum,
                            eps, count, s_center[threadIdx.x], s_mul[threadIdx.x]);
   }
   count_batch(counter);
   __syncthreads();
   if (!active) return;
-  float c[4], m[4], b[4];
+  float c[V], m[V];
+  scalar_t b[V];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    c[e] = s_center[4 * quad + e];
-    m[e] = s_mul[4 * quad + e];
-    b[e] = static_cast<float>(beta[j0 + e]);
+  for (int e = 0; e < V; ++e) {
+    c[e] = s_center[V * quad + e];
+    m[e] = s_mul[V * quad + e];
+    b[e] = beta[j0 + e];
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const int64_t i = group + static_cast<int64_t>(r) * kResidentRowGroups;
-    if (i < batch) {
-      const float o[4] = {(v[r].x - c[0]) * m[0] + b[0], (v[r].y - c[1]) * m[1] + b[1],
-                          (v[r].z - c[2]) * m[2] + b[2], (v[r].w - c[3]) * m[3] + b[3]};
-      store_vector<4>(out + i * n + j0, o);
+    if (row(r) < batch) {
+      float o[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        o[e] = Math::normalize(static_cast<float>(reinterpret_cast<const ys_t*>(&raw[r])[e]),
+                               c[e], m[e], static_cast<float>(b[e]));
+      }
+      store_vector<V>(out + offset + r * step, o);
     }
   }
 }
@@ -515,12 +578,13 @@ struct Passes {
   // num_batches_tracked for the kernels that read it (the cumulative factor), else null.
   const int64_t* nbt_read() const { return cumulative() ? nbt() : nullptr; }
 
-  // float32 y only (the caller's dispatch).
-  template <int kRows>
+  // y read as ys_t: float32 (the statistics of y) or the eager route's half y (those of z).
+  template <typename ys_t, int kRows, bool kOfY, typename Z>
   void resident() {
-    batchnorm_resident_kernel<scalar_t, kRows>
-        <<<static_cast<unsigned>(ceil_div(n(), kResidentCols)), kResidentThreads, 0, stream>>>(
-            y.template data_ptr<float>(), bias, scale, sv.col_stride,
+    batchnorm_resident_kernel<scalar_t, ys_t, kRows, kOfY, Z>
+        <<<static_cast<unsigned>(ceil_div(n(), ResidentPiece<ys_t>::kCols)), kResidentThreads,
+           0, stream>>>(
+            y.template data_ptr<ys_t>(), bias, scale, sv.col_stride,
             args.gamma.template data_ptr<scalar_t>(), args.beta.template data_ptr<scalar_t>(),
             running_mean, running_var, nbt_read(), cumulative() ? nullptr : nbt(),
             args.momentum.value_or(0.0), args.eps,
@@ -530,6 +594,16 @@ struct Passes {
       count_batch_kernel<<<1, 1, 0, stream>>>(nbt());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
+  }
+
+  // The resident kernel with the fewest rows a thread that hold the batch; false where the
+  // batch is larger than it holds.
+  template <typename ys_t, bool kOfY, typename Z>
+  bool resident_for_batch() {
+    if (batch() <= kResidentRowGroups * 4) return resident<ys_t, 4, kOfY, Z>(), true;
+    if (batch() <= kResidentRowGroups * 8) return resident<ys_t, 8, kOfY, Z>(), true;
+    if (batch() <= kResidentRowGroups * 16) return resident<ys_t, 16, kOfY, Z>(), true;
+    return false;
   }
 
   // The training statistics from tile moments (float32 y, stats of y): taken from y first where
@@ -595,8 +669,11 @@ struct Passes {
     }
     const RunningColumns<scalar_t> running{running_mean, running_var,
                                            args.gamma.template data_ptr<scalar_t>(), args.eps};
+    // kNormalizeRows rows a block at least: a block reads its columns' parameters once, which
+    // at one row a block cost several times the bytes of y.
     const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kThreads)),
-                    static_cast<unsigned>(std::min<int64_t>(batch(), 1024)));
+                    static_cast<unsigned>(std::min<int64_t>(ceil_div(batch(), kNormalizeRows),
+                                                            1024)));
     normalize_kernel<scalar_t, ys_t, V, kOfY, Z><<<grid, kThreads, 0, stream>>>(
         yp, bias, scale, sv, args.training ? center.data_ptr<y_t>() : nullptr,
         args.training ? mul.data_ptr<y_t>() : nullptr, running,
@@ -609,30 +686,38 @@ struct Passes {
 // The one place a variant is chosen (a template, so that each dtype instantiates only its own
 // kernels). Every variant computes the same formulas; they differ in how y is read:
 //  - eager: y is in the model's dtype (float16/bfloat16) as the reference writes it, and z is
-//    the reference's rounded product: the streaming passes, 8 columns a thread (one 16-byte
-//    load) where n allows;
+//    the reference's rounded product: in training with one scale value per column and n % 8
+//    == 0, the resident kernel where the batch fits in its registers (y read once, z's
+//    statistics); else the streaming passes, 8 columns a thread (one 16-byte load) where n
+//    allows;
 //  - float32 y with n % 4 == 0 (16-byte loads of 4 columns), training with one scale value per
 //    column: the statistics of y alone (those of z follow); the resident kernel where the batch
-//    fits in its registers (y read once), with the fewest rows a thread that hold it, unless
-//    the GEMM wrote tile moments (then the streaming passes merge them and read y once too);
+//    fits in its registers, unless the GEMM wrote tile moments (then the streaming passes
+//    merge them and read y once too);
 //  - float32 y with n % 4 == 0 otherwise (eval, or a scale per element): streaming, on z;
 //  - anything else (float64, n not a multiple of 4): streaming, one column a thread.
 template <typename scalar_t>
 void run_passes(Passes<scalar_t>& passes, bool eager) {
   using y_t = acc_t<scalar_t>;
-  const int64_t batch = passes.batch(), n = passes.n();
+  const int64_t n = passes.n();
+  // The resident kernel's 16-byte pieces: whole ones in every row.
+  const bool column_scale = passes.args.training && passes.sv.row_stride == 0 &&
+                            passes.y.is_contiguous() && is_16_byte_aligned(passes.y.data_ptr());
   if constexpr (!std::is_same_v<scalar_t, y_t>) {
     if (eager) {
+      if (n % 8 == 0 && column_scale &&
+          passes.template resident_for_batch<scalar_t, false, EagerTimesScale>()) {
+        return;
+      }
       if (n % 8 == 0) return passes.template streaming<scalar_t, 8, false, EagerTimesScale>();
       return passes.template streaming<scalar_t, 1, false, EagerTimesScale>();
     }
   }
   if constexpr (std::is_same_v<y_t, float>) {
     const bool of_y = passes.args.training && passes.sv.row_stride == 0;
-    if (n % 4 == 0 && of_y && passes.tiles == nullptr) {
-      if (batch <= kResidentRowGroups * 4) return passes.template resident<4>();
-      if (batch <= kResidentRowGroups * 8) return passes.template resident<8>();
-      if (batch <= kResidentRowGroups * 16) return passes.template resident<16>();
+    if (n % 4 == 0 && column_scale && passes.tiles == nullptr &&
+        passes.template resident_for_batch<float, true, LinearTimesScale>()) {
+      return;
     }
     if (n % 4 == 0 && of_y) return passes.template streaming<float, 4, true, LinearTimesScale>();
     if (n % 4 == 0) return passes.template streaming<float, 4, false, LinearTimesScale>();

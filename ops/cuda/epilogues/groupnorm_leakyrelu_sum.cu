@@ -184,6 +184,21 @@ __device__ __forceinline__ void welford_tree(Welford<T> (&w)[N]) {
   }
 }
 
+// The tree over a segment's L values (those past group_size empty). kWhole: all L present,
+// so every count in the tree is a constant and its divisions fold to exact powers of two at
+// compile time (the same values, so the same bits, as computed at run time); the runtime
+// divisions and branches had made the eager kernel bound by its instructions, not by memory.
+template <int L, bool kWhole>
+__device__ __forceinline__ Welford<float> group_welford(const float (&v)[L], int group_size) {
+  Welford<float> w[L];
+#pragma unroll
+  for (int c = 0; c < L; ++c) {
+    if (kWhole || c < group_size) w[c] = welford_add(Welford<float>{}, v[c]);
+  }
+  welford_tree<L / 2>(w);
+  return w[0];
+}
+
 // A group's L values (those past group_size zero), widened to float: 16-byte loads when the
 // group is whole pieces of 16 bytes (`whole`), else one load a value.
 template <int L, typename scalar_t>
@@ -228,6 +243,11 @@ __device__ __forceinline__ void store_group(scalar_t* p, int group_size, bool wh
   }
 }
 
+// Blocks of 256 an SM the eager thread kernel is compiled for: four (64 registers) up to 16
+// channels a thread, whose 32-byte segments alone leave too few bytes in flight at two.
+template <int L>
+constexpr int kEagerThreadBlocks = L <= 16 ? 4 : 2;
+
 // Eager statistics for groups of at most 32 channels, one thread a segment. There each of
 // ATen's threads holds at most one value (thread c reads channel c), so its warp reduction is a
 // fixed tree over the group's values: offset L/2, ..., 1, w[i] = combine(w[i], w[i + offset])
@@ -237,7 +257,8 @@ __device__ __forceinline__ void store_group(scalar_t* p, int group_size, bool wh
 // group allows, where the lanes kernel spent a warp's shuffles and divisions on every segment
 // and was bound by latency, not by memory.
 template <typename scalar_t, int L>
-__global__ void groupnorm_eager_thread_kernel(const scalar_t* __restrict__ y,
+__global__ void __launch_bounds__(256, kEagerThreadBlocks<L>)
+groupnorm_eager_thread_kernel(const scalar_t* __restrict__ y,
                                               const scalar_t* __restrict__ gamma,
                                               const scalar_t* __restrict__ beta,
                                               scalar_t* __restrict__ out, int64_t segments,
@@ -257,14 +278,10 @@ __global__ void groupnorm_eager_thread_kernel(const scalar_t* __restrict__ y,
     // As the lanes kernel's linear(c) with no bias (the eager route's y holds it): + 0.
 #pragma unroll
     for (int c = 0; c < L; ++c) v[c] += 0.f;
-    Welford<float> w[L];
-#pragma unroll
-    for (int c = 0; c < L; ++c) {
-      if (c < group_size) w[c] = welford_add(Welford<float>{}, v[c]);
-    }
-    welford_tree<L / 2>(w);
-    const float mean = Store::store(w[0].mean);
-    const float rstd = Store::store(rsqrtf(w[0].m2 / w[0].nf + Store::store(chain.eps)));
+    const Welford<float> w = whole ? group_welford<L, true>(v, group_size)
+                                   : group_welford<L, false>(v, group_size);
+    const float mean = Store::store(w.mean);
+    const float rstd = Store::store(rsqrtf(w.m2 / w.nf + Store::store(chain.eps)));
     float g[L], b[L], o[L];
     load_group<L>(gamma + channel0, group_size, whole, g);
     load_group<L>(beta + channel0, group_size, whole, b);
