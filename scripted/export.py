@@ -58,6 +58,7 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -385,6 +386,22 @@ def refuse_a_compiler_without_shared_libstdcxx() -> None:
             f"that links the shared libstdc++ (such as /usr/bin/g++); nothing was written")
 
 
+def package_metadata(path: Path) -> dict | None:
+    """The metadata AOTInductor wrote into the package at path (the JSON object of its
+    wrapper_metadata.json, as fusedops_app reads it), or None where that entry is missing, empty
+    or not a JSON object."""
+    with zipfile.ZipFile(path) as package:
+        names = [name for name in package.namelist()
+                 if "/data/aotinductor/" in f"/{name}" and name.endswith("wrapper_metadata.json")]
+        if len(names) != 1:
+            return None
+        try:
+            metadata = json.loads(package.read(names[0]))
+        except ValueError:
+            return None
+    return metadata if isinstance(metadata, dict) else None
+
+
 def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dict,
                       path: Path) -> None:
     """torch.export with a dynamic batch dimension, then AOTInductor compiles the graph into a
@@ -392,15 +409,33 @@ def save_aoti_package(model_new: torch.nn.Module, x: torch.Tensor, metadata: dic
     batch = torch.export.Dim("batch", min=1)
     exported = torch.export.export(model_new, (tracing_input(x),),
                                    dynamic_shapes={"x": {0: batch}})
+    # Carried inside the package: C++ reads it from the archive's wrapper_metadata.json
+    # (fusedops_app), Python with torch._inductor.aoti_load_package(path).get_metadata().
+    expected = json.dumps(metadata, indent=2)
 
-    with aoti_noise_silenced():
-        torch._inductor.aoti_compile_and_package(
-            exported, package_path=str(path),
-            # Carried inside the package: C++ reads it from the archive's
-            # wrapper_metadata.json (fusedops_app), Python with
-            # torch._inductor.aoti_load_package(path).get_metadata().
-            inductor_configs={"aot_inductor.metadata": {
-                EXTRA_FILE_NAME: json.dumps(metadata, indent=2)}})
+    def compile_package() -> dict | None:
+        with aoti_noise_silenced():
+            torch._inductor.aoti_compile_and_package(
+                exported, package_path=str(path),
+                inductor_configs={"aot_inductor.metadata": {EXTRA_FILE_NAME: expected}})
+        return package_metadata(path)
+
+    written = compile_package()
+    if (written or {}).get(EXTRA_FILE_NAME) != expected:
+        # AOTInductor (torch 2.11, codecache.py) writes the metadata file into its shared cache
+        # folder with a plain open-and-write, under a name set by the graph: an export of the
+        # same model compiling at the same moment (found under pytest -n 16) can truncate it
+        # while this one packages it, leaving an empty entry that every loader refuses. Once
+        # more in a private cache folder, which nothing else writes.
+        from torch._inductor.utils import fresh_cache
+
+        with fresh_cache():
+            written = compile_package()
+    if (written or {}).get(EXTRA_FILE_NAME) != expected:
+        raise RuntimeError(
+            f"AOTInductor packaged {path} without the model's metadata: its "
+            f"wrapper_metadata.json holds {written!r}, expected a JSON object with "
+            f"{EXTRA_FILE_NAME!r}; nothing was written")
     # Load it back (this dlopens the compiled library): a package that cannot load must fail
     # here, not in the C++ host.
     torch._inductor.aoti_load_package(str(path))

@@ -788,6 +788,88 @@ def test_export_pt2_metadata_and_package(aoti_repo):
                 torch.testing.assert_close(package(x), scripted(x), atol=1e-5, rtol=1e-5)
 
 
+def export_module():
+    """scripted/export.py, imported from the checkout (its functions called in this process)."""
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from scripted import export
+    finally:
+        sys.path.pop(0)
+    return export
+
+
+def wrapper_metadata(package: Path) -> bytes:
+    """The bytes of the package's wrapper_metadata.json, the entry fusedops_app reads."""
+    with zipfile.ZipFile(package) as archive:
+        names = [n for n in archive.namelist() if n.endswith("wrapper_metadata.json")]
+        assert len(names) == 1, names
+        return archive.read(names[0])
+
+
+def empty_wrapper_metadata(package: Path) -> None:
+    """The package rewritten with its wrapper_metadata.json emptied, as the race leaves it."""
+    with zipfile.ZipFile(package) as archive:
+        entries = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(package, "w") as archive:
+        for info, data in entries:
+            archive.writestr(info, b"" if info.filename.endswith("wrapper_metadata.json")
+                             else data)
+
+
+def test_export_compiles_again_a_pt2_whose_metadata_came_out_empty(tmp_path, monkeypatch):
+    """Found on the GPU check (pytest -n 16, two workers exporting model 98 at once): AOTInductor
+    writes the metadata file into its shared cache folder with a plain write, under a name set by
+    the graph, and one package got it empty: fusedops_app then refused the .pt2 ("its metadata is
+    not a JSON object of strings"), which the export had written without a word. Here the first
+    compile's package has that entry emptied, as the race leaves it: the export compiles once
+    more in a private cache folder and the package carries the metadata whole."""
+    skip_without_cpp_compiler()
+    export = export_module()
+    real = torch._inductor.aoti_compile_and_package
+    cache_dirs = []
+
+    def racing(*args, **kwargs):
+        cache_dirs.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+        written = real(*args, **kwargs)
+        if len(cache_dirs) == 1:
+            empty_wrapper_metadata(Path(kwargs["package_path"]))
+        return written
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", racing)
+    model = fusedops.get_problem("98").model_new(64, 32, 4, 2.0).eval()
+    path = tmp_path / "model.pt2"
+    export.save_aoti_package(model, torch.rand(3, 64), {"model_name": "m98"}, path)
+    assert len(cache_dirs) == 2 and cache_dirs[1] != cache_dirs[0]
+    metadata = json.loads(wrapper_metadata(path))
+    assert json.loads(metadata["fusedops.json"]) == {"model_name": "m98"}
+    x = torch.rand(5, 64)
+    torch.testing.assert_close(torch._inductor.aoti_load_package(str(path))(x), model(x))
+
+
+def test_export_refuses_a_pt2_whose_metadata_stays_empty(tmp_path, monkeypatch):
+    """Where the second compile's package is damaged too, the export fails naming the file, what
+    it holds and what was expected, and loads nothing."""
+    export = export_module()
+    compiles = []
+
+    def damaged(exported, package_path, inductor_configs):
+        compiles.append(package_path)
+        with zipfile.ZipFile(package_path, "w") as archive:
+            archive.writestr("model/data/aotinductor/model/x.wrapper_metadata.json", b"")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", damaged)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package",
+                        lambda path: pytest.fail(f"loaded {path}"))
+    model = fusedops.get_problem("98").model_new(64, 32, 4, 2.0).eval()
+    path = tmp_path / "model.pt2"
+    with pytest.raises(RuntimeError) as raised:
+        export.save_aoti_package(model, torch.rand(3, 64), {"model_name": "m98"}, path)
+    assert str(raised.value) == (
+        f"AOTInductor packaged {path} without the model's metadata: its wrapper_metadata.json "
+        "holds None, expected a JSON object with 'fusedops.json'; nothing was written")
+    assert compiles == [str(path), str(path)]
+
+
 def test_export_refuses_a_compiler_without_a_shared_libstdcxx(tmp_path):
     """Found on a GPU machine whose $CXX toolchain holds only a static libstdc++: the .pt2 got
     a second C++ runtime linked in and the export died loading it back (segmentation fault,
