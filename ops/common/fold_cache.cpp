@@ -275,9 +275,10 @@ struct Anchor final : c10::BackendMeta {
 
 namespace {
 
-// The anchor of t's TensorImpl, attached on first use; null when another library already keeps
+// The anchor of t's TensorImpl, attached on first use where `attach` (a lookup that will not
+// store needs none); null when there is none to find, or when another library already keeps
 // its own metadata there (then nothing is cached for t).
-c10::intrusive_ptr<Anchor> anchor_of(const at::Tensor& t) {
+c10::intrusive_ptr<Anchor> anchor_of(const at::Tensor& t, bool attach) {
   TORCH_INTERNAL_ASSERT(!t_computing, "fusedops: a weight fold looked up another fold");
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   std::lock_guard<std::mutex> lock(attach_mutex(impl));
@@ -288,24 +289,21 @@ c10::intrusive_ptr<Anchor> anchor_of(const at::Tensor& t) {
     }
     return {};
   }
+  if (!attach) return {};
   auto anchor = c10::make_intrusive<Anchor>();
   impl->set_backend_meta(anchor);
   return anchor;
 }
 
-// Whether t's TensorImpl holds an anchor already (a lookup that will not store needs none).
-bool has_anchor(const at::Tensor& t) {
-  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  std::lock_guard<std::mutex> lock(attach_mutex(impl));
-  return dynamic_cast<Anchor*>(impl->get_backend_meta_intrusive_ptr().get()) != nullptr;
-}
-
 }  // namespace
 
 Slot::Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources)
+    : Slot(kind, param, sources, /*attach=*/true) {}
+
+Slot::Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources, bool attach)
     : kind_(&kind), param_(param), sources_(sources) {
   if (sources.empty() || !std::all_of(sources.begin(), sources.end(), cacheable)) return;
-  anchor_ = anchor_of(sources[0]);
+  anchor_ = anchor_of(sources[0], attach);
   if (!anchor_) return;
   lock_ = std::unique_lock<std::mutex>(anchor_->mutex);
   entry_ = anchor_->find(&kind, param, sources);
@@ -416,11 +414,7 @@ void Slot::verify(const FoldTensors& fresh) const {
 
 std::optional<FoldTensors> Slot::cached(const FoldKind& kind, int64_t param,
                                         c10::ArrayRef<at::Tensor> sources) {
-  if (sources.empty() || !std::all_of(sources.begin(), sources.end(), cacheable) ||
-      !has_anchor(sources[0])) {
-    return std::nullopt;
-  }
-  Slot slot(kind, param, sources);
+  Slot slot(kind, param, sources, /*attach=*/false);
   if (const FoldTensors* hit = slot.hit()) return *hit;
   return std::nullopt;
 }

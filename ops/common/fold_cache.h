@@ -131,6 +131,9 @@ class Slot {
                                            c10::ArrayRef<at::Tensor> sources);
 
  private:
+  // attach: give the weight an anchor where it has none (false: find one only).
+  Slot(const FoldKind& kind, int64_t param, c10::ArrayRef<at::Tensor> sources, bool attach);
+
   const FoldKind* kind_;
   int64_t param_;
   c10::ArrayRef<at::Tensor> sources_;
