@@ -700,12 +700,14 @@ template <typename scalar_t>
 void run_passes(Passes<scalar_t>& passes, bool eager) {
   using y_t = acc_t<scalar_t>;
   const int64_t n = passes.n();
-  // The resident kernel's 16-byte pieces: whole ones in every row.
-  const bool column_scale = passes.args.training && passes.sv.row_stride == 0 &&
-                            passes.y.is_contiguous() && is_16_byte_aligned(passes.y.data_ptr());
+  // Training with one scale value per column: the statistics of y give those of z.
+  const bool column_scale = passes.args.training && passes.sv.row_stride == 0;
+  // The resident kernel also needs whole 16-byte pieces in every row.
+  const bool resident = column_scale && passes.y.is_contiguous() &&
+                        is_16_byte_aligned(passes.y.data_ptr());
   if constexpr (!std::is_same_v<scalar_t, y_t>) {
     if (eager) {
-      if (n % 8 == 0 && column_scale &&
+      if (n % 8 == 0 && resident &&
           passes.template resident_for_batch<scalar_t, false, EagerTimesScale>()) {
         return;
       }
@@ -714,12 +716,13 @@ void run_passes(Passes<scalar_t>& passes, bool eager) {
     }
   }
   if constexpr (std::is_same_v<y_t, float>) {
-    const bool of_y = passes.args.training && passes.sv.row_stride == 0;
-    if (n % 4 == 0 && column_scale && passes.tiles == nullptr &&
+    if (n % 4 == 0 && resident && passes.tiles == nullptr &&
         passes.template resident_for_batch<float, true, LinearTimesScale>()) {
       return;
     }
-    if (n % 4 == 0 && of_y) return passes.template streaming<float, 4, true, LinearTimesScale>();
+    if (n % 4 == 0 && column_scale) {
+      return passes.template streaming<float, 4, true, LinearTimesScale>();
+    }
     if (n % 4 == 0) return passes.template streaming<float, 4, false, LinearTimesScale>();
   }
   passes.template streaming<y_t, 1, false, LinearTimesScale>();

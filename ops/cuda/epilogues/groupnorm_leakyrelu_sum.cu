@@ -258,11 +258,9 @@ constexpr int kEagerThreadBlocks = L <= 16 ? 4 : 2;
 // and was bound by latency, not by memory.
 template <typename scalar_t, int L>
 __global__ void __launch_bounds__(256, kEagerThreadBlocks<L>)
-groupnorm_eager_thread_kernel(const scalar_t* __restrict__ y,
-                                              const scalar_t* __restrict__ gamma,
-                                              const scalar_t* __restrict__ beta,
-                                              scalar_t* __restrict__ out, int64_t segments,
-                                              int64_t groups, int group_size, Chain chain) {
+groupnorm_eager_thread_kernel(const scalar_t* __restrict__ y, const scalar_t* __restrict__ gamma,
+                              const scalar_t* __restrict__ beta, scalar_t* __restrict__ out,
+                              int64_t segments, int64_t groups, int group_size, Chain chain) {
   using Store = RoundedTo<scalar_t>;
   // Every group (of y, out and the affine parameters) whole 16-byte pieces, aligned.
   const bool whole = group_size == L && (L * sizeof(scalar_t)) % 16 == 0 &&
