@@ -12,10 +12,12 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common/numerics.h"
 #include "cuda/cuda_helpers.cuh"
+#include "cuda/device_facts.h"
 #include "math/scale_batchnorm.h"
 #include "plan/planner.h"
 
@@ -28,11 +30,15 @@ using Math = epilogues::ScaleBatchNorm;
 // coalesced row segment) and kStatRowThreads row lanes; gridDim.y slices the batch.
 constexpr int kStatThreadsX = 32;
 constexpr int kStatRowThreads = 8;
+// The moments pass's blocks an SM (its __launch_bounds__), and slices of the batch at most.
+// It takes as many slices as fill the GPU once: a thread then streams many rows after its
+// setup (the shift row, the scales), and no second wave leaves a tail; more slices ran slower.
+constexpr int kMomentBlocksPerSM = 2;
 constexpr int kMaxRowSlices = 64;
 constexpr int kThreads = 256;
 // The normalize pass: rows a block at least, and rows whose loads a thread issues at once: 4
-// for a float32 y (16384 x 4096 on an H200: 102 -> 95 us), 1 for a half y, whose 8-column
-// thread then held more registers and ran slower (82 -> 95 us).
+// for a float32 y, 1 for a half y, whose 8-column thread then held more registers and ran
+// slower.
 constexpr int64_t kNormalizeRows = 8;
 template <typename ys_t>
 constexpr int kNormalizeBatch = sizeof(ys_t) == 2 ? 1 : 4;
@@ -50,9 +56,9 @@ __device__ __forceinline__ scalar_t scale_at(const scalar_t* scale, ScaleView sv
 }
 
 // A thread's V columns' scales, for the passes that walk rows: read once when the scale is
-// the same on every row (row_stride 0: the model's (out_features,) parameter), else per row.
-// Reading it per element cost as many cache requests as y itself, V times over.
-template <typename scalar_t, int V>
+// the same on every row (kFixed: row_stride 0, the model's (out_features,) parameter), else per
+// row. Reading it per element cost as many cache requests as y itself, V times over.
+template <typename scalar_t, int V, bool kFixed>
 struct ColumnScales {
   scalar_t fixed[V];
   const scalar_t* scale;
@@ -62,14 +68,25 @@ struct ColumnScales {
   __device__ __forceinline__ ColumnScales(const scalar_t* s, ScaleView v, int64_t first)
       : scale(s), sv(v), j0(first) {
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      fixed[e] = sv.row_stride == 0 ? scale_at(s, v, 0, first + e) : scalar_t(0);
-    }
+    for (int e = 0; e < V; ++e) fixed[e] = kFixed ? scale_at(s, v, 0, first + e) : scalar_t(0);
   }
   __device__ __forceinline__ scalar_t at(int64_t i, int e) const {
-    return sv.row_stride == 0 ? fixed[e] : scale_at(scale, sv, i, j0 + e);
+    return kFixed ? fixed[e] : scale_at(scale, sv, i, j0 + e);
   }
 };
+
+// f(scales) with the thread's ColumnScales, each case its own copy of f's row loop: one loop
+// for both kept the per-row case's addressing and loads beside the fixed values, and the
+// moments pass of a half y ran slower than its loads allow.
+template <typename scalar_t, int V, typename F>
+__device__ __forceinline__ void with_column_scales(const scalar_t* scale, ScaleView sv,
+                                                   int64_t j0, F&& f) {
+  if (sv.row_stride == 0) {
+    f(ColumnScales<scalar_t, V, true>(scale, sv, j0));
+  } else {
+    f(ColumnScales<scalar_t, V, false>(scale, sv, j0));
+  }
+}
 
 // z from y: the accurate routes' z = (y + b) * s in y_t (the accumulation dtype).
 struct LinearTimesScale {
@@ -119,7 +136,7 @@ __device__ __forceinline__ void update_running_stats(scalar_t* running_mean,
 // Two blocks an SM at least: unbounded, the 8-column float16 kernel's registers left room for one.
 template <typename scalar_t, typename ys_t, int V, bool kOfY, typename Z,
           typename y_t = acc_t<scalar_t>>
-__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, 2)
+__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads, kMomentBlocksPerSM)
 column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
                       const scalar_t* __restrict__ scale, ScaleView sv,
                       double* __restrict__ partial_sum, double* __restrict__ partial_sq,
@@ -135,7 +152,6 @@ column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ b
 #pragma unroll
   for (int e = 0; e < V; ++e) my_sum[e] = my_sq[e] = 0.0;
   if (j0 < n) {  // n is a multiple of V: a thread's columns are all in or all out
-    const ColumnScales<scalar_t, V> scales(scale, sv, j0);
     // A float16/bfloat16 y: float sums of kChunk rows (off by about kChunk * 2^-24, far below
     // the model dtype's 2^-8 or 2^-11 rounding of the statistics), added to the double sums;
     // double sums of every element held too many registers and ran slower. Wider y: those.
@@ -150,35 +166,37 @@ column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ b
                       : static_cast<part_t>(Z::z(first[e], bias, scale_at(scale, sv, 0, j0 + e),
                                                  j0 + e));
     }
-    part_t part_sum[V] = {}, part_sq[V] = {};
-    auto flush = [&] {
+    with_column_scales<scalar_t, V>(scale, sv, j0, [&](const auto& scales) {
+      part_t part_sum[V] = {}, part_sq[V] = {};
+      auto flush = [&] {
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        my_sum[e] += part_sum[e];
-        my_sq[e] += part_sq[e];
-        part_sum[e] = part_sq[e] = 0;
-      }
-    };
-    int in_chunk = 0;
+        for (int e = 0; e < V; ++e) {
+          my_sum[e] += part_sum[e];
+          my_sq[e] += part_sq[e];
+          part_sum[e] = part_sq[e] = 0;
+        }
+      };
+      int in_chunk = 0;
 #pragma unroll 4
-    for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
-      y_t v[V];
-      load_vector<V>(y + i * n + j0, v);
+      for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
+        y_t v[V];
+        load_vector<V>(y + i * n + j0, v);
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
-        const part_t d = static_cast<part_t>(z) - shift[e];
-        part_sum[e] += d;
-        part_sq[e] += d * d;
-      }
-      if constexpr (kChunk != 0) {
-        if (++in_chunk == kChunk) {
-          flush();
-          in_chunk = 0;
+        for (int e = 0; e < V; ++e) {
+          const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
+          const part_t d = static_cast<part_t>(z) - shift[e];
+          part_sum[e] += d;
+          part_sq[e] += d * d;
+        }
+        if constexpr (kChunk != 0) {
+          if (++in_chunk == kChunk) {
+            flush();
+            in_chunk = 0;
+          }
         }
       }
-    }
-    flush();  // a double part into 0.0: exact
+      flush();  // a double part into 0.0: exact
+    });
   }
   __syncthreads();
   if (threadIdx.y == 0 && j0 < n) {
@@ -218,24 +236,38 @@ __device__ __forceinline__ void finish_training_column(
 // beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)),
 // from the batch's mean and biased variance of z (summed over the slices), and the
 // running-statistics update. Training only: in eval mode the normalize pass reads the running
-// statistics itself (RunningColumns).
+// statistics itself (RunningColumns). A block covers kStatThreadsX columns (coalesced rows of
+// the partials) with kStatRowThreads lanes over the slices, summed in a fixed order: a thread
+// a column walking every slice left a few blocks on the whole GPU, bound by latency.
 template <typename scalar_t, typename ys_t, typename Z, typename y_t = acc_t<scalar_t>>
-__global__ void finish_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
-                              const scalar_t* __restrict__ scale, ScaleView sv,
-                              const double* __restrict__ partial_sum,
-                              const double* __restrict__ partial_sq, int slices,
-                              const scalar_t* __restrict__ gamma,
-                              scalar_t* __restrict__ running_mean,
-                              scalar_t* __restrict__ running_var, const int64_t* nbt_read,
-                              double momentum, double eps, bool stats_of_y,
-                              y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
-                              int64_t n) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= n) return;
+__global__ void __launch_bounds__(kStatThreadsX* kStatRowThreads)
+finish_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
+              const scalar_t* __restrict__ scale, ScaleView sv,
+              const double* __restrict__ partial_sum,
+              const double* __restrict__ partial_sq, int slices,
+              const scalar_t* __restrict__ gamma,
+              scalar_t* __restrict__ running_mean,
+              scalar_t* __restrict__ running_var, const int64_t* nbt_read,
+              double momentum, double eps, bool stats_of_y,
+              y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
+              int64_t n) {
+  __shared__ double s_sum[kStatRowThreads][kStatThreadsX];
+  __shared__ double s_sq[kStatRowThreads][kStatThreadsX];
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kStatThreadsX) + threadIdx.x;
   double sum = 0.0, sq = 0.0;
-  for (int s = 0; s < slices; ++s) {
-    sum += partial_sum[s * n + j];
-    sq += partial_sq[s * n + j];
+  if (j < n) {
+    for (int s = threadIdx.y; s < slices; s += kStatRowThreads) {
+      sum += partial_sum[s * n + j];
+      sq += partial_sq[s * n + j];
+    }
+  }
+  s_sum[threadIdx.y][threadIdx.x] = sum;
+  s_sq[threadIdx.y][threadIdx.x] = sq;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= n) return;
+  for (int r = 1; r < kStatRowThreads; ++r) {
+    sum += s_sum[r][threadIdx.x];
+    sq += s_sq[r][threadIdx.x];
   }
   const y_t first = static_cast<y_t>(y[j]);
   const double shift = stats_of_y ? static_cast<double>(first)
@@ -362,33 +394,34 @@ __global__ void normalize_kernel(const ys_t* __restrict__ y, const scalar_t* __r
     }
     be[e] = static_cast<y_t>(beta[j0 + e]);
   }
-  const ColumnScales<scalar_t, V> scales(scale, sv, j0);
-  const auto normalize_row = [&](int64_t i, const Vec<ys_t, V>& raw) {
-    y_t v[V], o[V];
-    load_vector<V>(raw.v, v);
+  with_column_scales<scalar_t, V>(scale, sv, j0, [&](const auto& scales) {
+    const auto normalize_row = [&](int64_t i, const Vec<ys_t, V>& raw) {
+      y_t v[V], o[V];
+      load_vector<V>(raw.v, v);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
-      o[e] = Math::normalize(z, c[e], m[e], be[e]);
+      for (int e = 0; e < V; ++e) {
+        const y_t z = kOfY ? v[e] : Z::z(v[e], bias, scales.at(i, e), j0 + e);
+        o[e] = Math::normalize(z, c[e], m[e], be[e]);
+      }
+      store_vector<V>(out + i * n + j0, o);
+    };
+    // kBatch rows' loads issued before any is used: one load in flight a thread left the float32
+    // pass latency-bound, below the memory's bandwidth.
+    const auto row_piece = [&](int64_t i) {
+      return *reinterpret_cast<const Vec<ys_t, V>*>(y + i * n + j0);
+    };
+    constexpr int kBatch = kNormalizeBatch<ys_t>;
+    const int64_t step = gridDim.y;
+    int64_t i = blockIdx.y;
+    for (; kBatch > 1 && i + (kBatch - 1) * step < batch; i += kBatch * step) {
+      Vec<ys_t, V> raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) raw[b] = row_piece(i + b * step);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) normalize_row(i + b * step, raw[b]);
     }
-    store_vector<V>(out + i * n + j0, o);
-  };
-  // kBatch rows' loads issued before any is used: one load in flight a thread left the float32
-  // pass latency-bound, below the memory's bandwidth.
-  const auto row_piece = [&](int64_t i) {
-    return *reinterpret_cast<const Vec<ys_t, V>*>(y + i * n + j0);
-  };
-  constexpr int kBatch = kNormalizeBatch<ys_t>;
-  const int64_t step = gridDim.y;
-  int64_t i = blockIdx.y;
-  for (; kBatch > 1 && i + (kBatch - 1) * step < batch; i += kBatch * step) {
-    Vec<ys_t, V> raw[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) raw[b] = row_piece(i + b * step);
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) normalize_row(i + b * step, raw[b]);
-  }
-  for (; i < batch; i += step) normalize_row(i, row_piece(i));
+    for (; i < batch; i += step) normalize_row(i, row_piece(i));
+  });
 }
 
 // The one-read path for the common training case (batch <= kResidentRowGroups * 16, one scale
@@ -649,17 +682,21 @@ struct Passes {
                                 "fusedops: tile moments need a float32 y and its statistics");
         }
       } else {
-        const int slices =
-            static_cast<int>(std::min<int64_t>(kMaxRowSlices, ceil_div(batch(), 64)));
+        const int64_t column_blocks = ceil_div(n(), V * kStatThreadsX);
+        const int64_t wave = kMomentBlocksPerSM * device_facts(y.get_device()).sm_count;
+        const int slices = static_cast<int>(std::clamp<int64_t>(
+            std::min<int64_t>(wave / column_blocks, ceil_div(batch(), 64)), 1, kMaxRowSlices));
         const at::Tensor partial = at::empty({2, slices, n()}, options.dtype(at::kDouble));
         double* partial_sum = partial.data_ptr<double>();
         double* partial_sq = partial_sum + slices * n();
-        const dim3 grid(static_cast<unsigned>(ceil_div(n(), V * kStatThreadsX)), slices);
+        const dim3 grid(static_cast<unsigned>(column_blocks), slices);
         column_moments_kernel<scalar_t, ys_t, V, kOfY, Z>
             <<<grid, dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
                 yp, bias, scale, sv, partial_sum, partial_sq, batch(), n());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
-        finish_kernel<scalar_t, ys_t, Z><<<ceil_div(n(), kThreads), kThreads, 0, stream>>>(
+        finish_kernel<scalar_t, ys_t, Z>
+            <<<static_cast<unsigned>(ceil_div(n(), kStatThreadsX)),
+               dim3(kStatThreadsX, kStatRowThreads), 0, stream>>>(
             yp, bias, scale, sv, partial_sum, partial_sq, slices,
             args.gamma.template data_ptr<scalar_t>(), running_mean, running_var, nbt_read(),
             args.momentum.value_or(0.0), args.eps, kOfY, center.data_ptr<y_t>(),
