@@ -63,8 +63,10 @@ def test_running_stats_follow_with_autograd_on(device):
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-@pytest.mark.parametrize("scale_shape", [(48,), (1,), (1, 48), ()],
-                         ids=["out", "one", "1xout", "scalar"])
+# (64, 48) and (64, 1): a scale per row (the batch is 64), which the passes after the GEMM
+# read row by row where the others read one value a column once.
+@pytest.mark.parametrize("scale_shape", [(48,), (1,), (1, 48), (), (64, 48), (64, 1)],
+                         ids=["out", "one", "1xout", "scalar", "batchxout", "batchx1"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_scale_shapes(scale_shape, mode, dtype, device):
     ref, new = make_pair("39", (40, 48, scale_shape), device=device, dtype=dtype)
@@ -76,6 +78,27 @@ def test_scale_shapes(scale_shape, mode, dtype, device):
     assert_contract(out, expected, expected64)
     if mode == "train":
         assert_same_stats(new, ref, dtype)
+
+
+# The same per-row scales under numerics="eager" in float16/bfloat16 (the passes' 8-column,
+# half-precision y), against the reference in its dtype and in float64.
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("scale_shape", [(64, 48), (64, 1)], ids=["batchxout", "batchx1"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_eager_scale_per_row(scale_shape, mode, dtype):
+    ref, new = make_pair("39", (40, 48, scale_shape), device="cuda", dtype=dtype)
+    new.numerics = "eager"
+    ref.train(mode == "train")
+    new.train(mode == "train")
+    x = make_input((64, 40), "randn", dtype=dtype, device="cuda")
+    out, expected, _, _ = run_trio(ref, new, x)
+    assert_within_tolerance(out, expected, tolerance_for(dtype))
+    tol = tolerance_for(dtype)
+    torch.testing.assert_close(new.bn.running_mean, ref.bn.running_mean, atol=tol.atol,
+                               rtol=tol.rtol)
+    torch.testing.assert_close(new.bn.running_var, ref.bn.running_var, atol=tol.atol,
+                               rtol=tol.rtol)
 
 
 def test_negative_and_zero_scale_entries(device):

@@ -88,15 +88,17 @@ def test_eager_matches_the_reference_in_its_dtype(key, init_args, batch, dtype, 
 
 # Model 39's eager passes by batch (cuda/epilogues/batchnorm.cu): in training with n % 8 == 0
 # a batch of at most 1024 rows is held in registers, 4, 8 or 16 rows a thread (2, 300, 1000),
-# larger batches stream (1025, 2100), and the normalize pass walks its rows in batches of four
-# with a tail (every odd batch, eval included). 520 columns: the last 64-column block of the
-# resident kernel is part empty. Statistics far from zero against their spread (+ 3) check the
-# two-pass variance.
+# larger batches stream (1025, 2100; eval too), their moments in slices of the batch: one slice
+# of 64 rows or more per block where the batch is short (520 columns), as many as fill the GPU
+# once where the columns are many (4104 columns at 3000 rows: fewer slices than 64-row ones,
+# uneven). 520 and 4104 columns: the last column block of each kernel is part empty.
+# Statistics far from zero against their spread (+ 3) check the two-pass variance.
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
-@pytest.mark.parametrize("batch", [2, 300, 1000, 1025, 2100])
-def test_eager_39_at_every_batchnorm_pass(batch, dtype):
-    init_args = (96, 520, (520,))
+@pytest.mark.parametrize("batch, features", [(2, 520), (300, 520), (1000, 520), (1025, 520),
+                                             (2100, 520), (3000, 4104)])
+def test_eager_39_at_every_batchnorm_pass(batch, features, dtype):
+    init_args = (96, features, (features,))
     for mode in ("train", "eval"):
         ref, new = make_pair("39", init_args, device="cuda", dtype=dtype)
         new.numerics = "eager"
