@@ -29,6 +29,19 @@ struct GroupNormLeakyReluSum {
 #endif
   }
 
+  // The same two for a count that is a power of two, given 1 / count: scaling by a power of two
+  // is exact, so the product and the quotient round the same value (bit-identical results)
+  // and the division, a slow instruction sequence on the GPU, is left out. The fused GEMM's
+  // epilogue takes only such group sizes.
+  C10_HOST_DEVICE static T mean_pow2(T sum, T inv_count) { return sum * inv_count; }
+  C10_HOST_DEVICE T rstd_pow2(T squared_deviations, T inv_count) const {
+#if defined(__CUDA_ARCH__)
+    return T(1) / ::sqrt(squared_deviations * inv_count + eps);
+#else
+    return T(1) / std::sqrt(squared_deviations * inv_count + eps);
+#endif
+  }
+
   // One channel's output from its value less the group mean.
   template <typename Store>
   C10_HOST_DEVICE T output(T centered, T rstd, T gamma, T beta) const {

@@ -196,6 +196,21 @@ def main():
                 ok = torch.allclose(out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
                 print(f"62 {dtype} fused half GEMM {m}x{k}x{n} groups {groups}: {'ok' if ok else 'MISMATCH'}")
                 failures += not ok
+            # Its autocast form: float32 parameters and output, the epilogue that loads gamma
+            # and beta a few blocks at a time.
+            prob = PROBLEMS["62"]
+            ref = prob.model(520, 400, 25).cuda()
+            new = prob.model_new(520, 400, 25).cuda()
+            new.load_state_dict(ref.state_dict())
+            x = torch.randn(300, 520, device="cuda")
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+                (line,) = fusedops.explain(new, x)
+                out_ref, out_new = ref(x), new(x)
+            torch.cuda.synchronize()
+            ok = ": sm90-half-fused (" in line and out_new.dtype == torch.float32 and torch.allclose(
+                out_new.double(), out_ref.double(), atol=5e-2, rtol=5e-2)
+            print(f"62 autocast float16 fused half GEMM 300x520x400: {'ok' if ok else 'MISMATCH ' + line}")
+            failures += not ok
     # The skinny-half kernel (at most 16 rows of float16/bfloat16, sm_80+), in eval mode as
     # served: plain (model 98's pooled weight, 10 rows), with model 62's epilogue (groups of 16
     # and of 32 channels) and with model 39's; in_features 264 = 256 + 8 leaves a partial round.

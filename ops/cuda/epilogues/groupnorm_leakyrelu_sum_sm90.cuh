@@ -89,6 +89,14 @@ class GroupNormLeakyReluSumEpilogue
     constexpr int kMmaN = size<2>(FrgLayout{});
     // A group may not span atoms: its blocks must sit in one thread's V range.
     static_assert(kMmaN == 1, "GroupNorm epilogue: one wgmma atom across the tile's N");
+    // The 8-column blocks whose gamma and beta pass 3 loads at once, before their stores. A load
+    // placed beside the stores waits for them (the compiler cannot tell that the parameters do
+    // not alias the output): loaded a block at a time, the epilogue paid a memory round trip
+    // per block, 16 a tile, about 6 us of model 62's 200 at the default sizes
+    // (docs/PERFORMANCE.md). Half parameters: every block at once (32 registers); float ones
+    // (the autocast form) four at a time, as all at once spilled.
+    constexpr int kParamChunk = sizeof(Element) == 2 ? kV : 4;
+    static_assert(kV % kParamChunk == 0, "GroupNorm epilogue: whole parameter chunks");
 
     const int m_total = get<0>(problem_shape_mnkl);
     const int n_total = get<1>(problem_shape_mnkl);
@@ -97,29 +105,34 @@ class GroupNormLeakyReluSumEpilogue
 
     Tensor y = make_fragment_like<float>(accumulators);
     const int blocks_per_group = params_.group_size / kBlock;
-    const float count = static_cast<float>(params_.group_size);
+    // 1 / group size, exact: the group size is a power of two (can_implement).
+    const float inv_count = 1.0f / static_cast<float>(params_.group_size);
     const epilogues::GroupNormLeakyReluSum<float> chain{params_.eps, params_.negative_slope};
 
+    // The bias of the thread's columns, loaded before anything is stored (as kParamChunk's).
+    Pair bias[kV];
+    CUTLASS_PRAGMA_UNROLL
+    for (int v2 = 0; v2 < kV; ++v2) {
+      bias[v2] = load_pair(params_.bias, get<1>(tc(make_coord(0, 0, v2), 0, 0)), n_total);
+    }
     // Pass 1: y = acc + bias; the group means.
     CUTLASS_PRAGMA_UNROLL
     for (int v2 = 0; v2 < kV; ++v2) {
-      const int col = get<1>(tc(make_coord(0, 0, v2), 0, 0));
-      float b[2] = {0.f, 0.f};
-      load_pair(params_.bias, col, n_total, b);
       CUTLASS_PRAGMA_UNROLL
       for (int mm = 0; mm < kMmaM; ++mm) {
         CUTLASS_PRAGMA_UNROLL
         for (int v1 = 0; v1 < 2; ++v1) {
           CUTLASS_PRAGMA_UNROLL
           for (int v0 = 0; v0 < 2; ++v0) {
-            y(make_coord(v0, v1, v2), mm, 0) = accumulators(make_coord(v0, v1, v2), mm, 0) + b[v0];
+            y(make_coord(v0, v1, v2), mm, 0) = accumulators(make_coord(v0, v1, v2), mm, 0) +
+                                               static_cast<float>(bias[v2][v0]);
           }
         }
       }
     }
     float mean[kMmaM][2][kBlocks];
-    group_sums(y, blocks_per_group, mean, [](float v) { return v; },
-               [&](float sum) { return chain.mean(sum, count); });
+    group_sums(y, blocks_per_group, mean, [](float v) { return v; });
+    for_each_sum(mean, [&](float& v) { v = chain.mean_pow2(v, inv_count); });
     // Pass 2: centre the values, then the group variances.
     CUTLASS_PRAGMA_UNROLL
     for (int v2 = 0; v2 < kV; ++v2) {
@@ -133,41 +146,54 @@ class GroupNormLeakyReluSumEpilogue
       }
     }
     float rstd[kMmaM][2][kBlocks];
-    group_sums(y, blocks_per_group, rstd, [](float v) { return v * v; },
-               [&](float sum) { return chain.rstd(sum, count); });
-    // Pass 3: affine, LeakyReLU, x2 (exact), rounded once to the model's dtype and stored.
+    group_sums(y, blocks_per_group, rstd, [](float v) { return v * v; });
+    finish_across_quad(rstd, [&](float sum) { return chain.rstd_pow2(sum, inv_count); });
+    // Pass 3: affine, LeakyReLU, x2 (exact), rounded once to the model's dtype and stored, a
+    // chunk of 8-column blocks at a time, each chunk's gamma and beta loaded before its stores
+    // (see kParamChunk).
     CUTLASS_PRAGMA_UNROLL
-    for (int v2 = 0; v2 < kV; ++v2) {
-      const int col = get<1>(tc(make_coord(0, 0, v2), 0, 0));
-      float g[2] = {0.f, 0.f}, be[2] = {0.f, 0.f};
-      load_pair(params_.gamma, col, n_total, g);
-      load_pair(params_.beta, col, n_total, be);
+    for (int c0 = 0; c0 < kV; c0 += kParamChunk) {
+      Pair gamma[kParamChunk], beta[kParamChunk];
       CUTLASS_PRAGMA_UNROLL
-      for (int mm = 0; mm < kMmaM; ++mm) {
+      for (int c = 0; c < kParamChunk; ++c) {
+        const int col = get<1>(tc(make_coord(0, 0, c0 + c), 0, 0));
+        gamma[c] = load_pair(params_.gamma, col, n_total);
+        beta[c] = load_pair(params_.beta, col, n_total);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kParamChunk; ++c) {
+        const int v2 = c0 + c;
+        const int col = get<1>(tc(make_coord(0, 0, v2), 0, 0));
         CUTLASS_PRAGMA_UNROLL
-        for (int v1 = 0; v1 < 2; ++v1) {
-          const int row = get<0>(tc(make_coord(0, v1, v2), mm, 0));
-          float out[2];
+        for (int mm = 0; mm < kMmaM; ++mm) {
           CUTLASS_PRAGMA_UNROLL
-          for (int v0 = 0; v0 < 2; ++v0) {
-            out[v0] = chain.template output<Unrounded>(y(make_coord(v0, v1, v2), mm, 0),
-                                                       rstd[mm][v1][v2 / 2], g[v0], be[v0]);
+          for (int v1 = 0; v1 < 2; ++v1) {
+            const int row = get<0>(tc(make_coord(0, v1, v2), mm, 0));
+            float out[2];
+            CUTLASS_PRAGMA_UNROLL
+            for (int v0 = 0; v0 < 2; ++v0) {
+              out[v0] = chain.template output<Unrounded>(
+                  y(make_coord(v0, v1, v2), mm, 0), rstd[mm][v1][v2 / 2],
+                  static_cast<float>(gamma[c][v0]), static_cast<float>(beta[c][v0]));
+            }
+            if (row < m_total) store_pair(row, col, n_total, out);
           }
-          if (row < m_total) store_pair(row, col, n_total, out);
         }
       }
     }
   }
 
  private:
+  using Pair = cutlass::Array<Element, 2>;
+
   // Two adjacent channels' parameters (col is even: CLayout's column pairs); zero past N.
-  CUTLASS_DEVICE static void load_pair(const Element* p, int col, int n, float (&v)[2]) {
+  CUTLASS_DEVICE static Pair load_pair(const Element* p, int col, int n) {
+    Pair pair;
+    pair.clear();
     if (col + 1 < n) {  // n is a multiple of 16, col even: aligned to a pair (checked by the caller)
-      using Pair = cutlass::Array<Element, 2>;
-      const Pair pair = *reinterpret_cast<const Pair*>(p + col);
-      v[0] = static_cast<float>(pair[0]);
-      v[1] = static_cast<float>(pair[1]);
+      pair = *reinterpret_cast<const Pair*>(p + col);
     }
+    return pair;
   }
 
   CUTLASS_DEVICE void store_pair(int row, int col, int n, const float (&v)[2]) const {
@@ -180,11 +206,11 @@ class GroupNormLeakyReluSumEpilogue
     }
   }
 
-  // sums[mm][v1][blk] = finish(the sum of f(y) over the group holding 16-column block blk of
-  // the thread's row (mm, v1)), identical in every lane of the quad and every block of the group.
-  template <class Frg, int kMmaM, int kBlocks, class F, class Finish>
+  // sums[mm][v1][blk] = the sum of f(y) over the group holding 16-column block blk of the
+  // thread's row (mm, v1), identical in every lane of the quad and every block of the group.
+  template <class Frg, int kMmaM, int kBlocks, class F>
   CUTLASS_DEVICE static void group_sums(const Frg& y, int blocks_per_group,
-                                        float (&sums)[kMmaM][2][kBlocks], F f, Finish finish) {
+                                        float (&sums)[kMmaM][2][kBlocks], F f) {
     using namespace cute;
     CUTLASS_PRAGMA_UNROLL
     for (int mm = 0; mm < kMmaM; ++mm) {
@@ -215,9 +241,44 @@ class GroupNormLeakyReluSumEpilogue
             for (int blk = 0; blk < kBlocks; ++blk) sums[mm][v1][blk] = next[blk];
           }
         }
-        CUTLASS_PRAGMA_UNROLL
-        for (int blk = 0; blk < kBlocks; ++blk) sums[mm][v1][blk] = finish(sums[mm][v1][blk]);
       }
+    }
+  }
+
+  template <int kMmaM, int kBlocks, class F>
+  CUTLASS_DEVICE static void for_each_sum(float (&sums)[kMmaM][2][kBlocks], F f) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < kMmaM; ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int blk = 0; blk < kBlocks; ++blk) f(sums[mm][v1][blk]);
+      }
+    }
+  }
+
+  // sums = finish(sums), each lane of a quad finishing a quarter of them and the quad
+  // exchanging the results. The four lanes hold the same sums (group_sums), and finish is the
+  // square root and division of 1 / std, the epilogue's slowest instructions: done in every lane
+  // they took about a third of the epilogue's time (docs/PERFORMANCE.md). Same values, same bits.
+  template <int kMmaM, int kBlocks, class Finish>
+  CUTLASS_DEVICE static void finish_across_quad(float (&sums)[kMmaM][2][kBlocks], Finish finish) {
+    constexpr int kSums = kMmaM * 2 * kBlocks;
+    static_assert(kSums % 4 == 0, "GroupNorm epilogue: a whole number of sums per quad lane");
+    float* flat = &sums[0][0][0];
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int quad_lane = lane % 4;
+    float mine[kSums / 4];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kSums / 4; ++j) {
+      float pick = flat[4 * j];  // flat[4 j + quad_lane], by selects (no indexed registers)
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 1; r < 4; ++r) pick = quad_lane == r ? flat[4 * j + r] : pick;
+      mine[j] = finish(pick);
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSums; ++i) {
+      flat[i] = __shfl_sync(0xffffffffu, mine[i / 4], (lane & ~3) | (i % 4));
     }
   }
 
