@@ -232,6 +232,40 @@ __device__ __forceinline__ void finish_training_column(
   update_running_stats(running_mean, running_var, j, mean, var, count, nbt_read, momentum);
 }
 
+// N column sums over a column's items (the moments pass's slices, the GEMM's tiles) in a
+// fixed order, for the finishing kernels' blocks of kStatThreadsX columns x kStatRowThreads
+// row lanes: row lane y adds items y, y + kStatRowThreads, ... (f(i): the N values of item i),
+// then row lane 0 adds the lanes' sums in lane order; only row lane 0's result is the total.
+// `scratch` is the block's shared memory for it; the caller synchronizes before reusing it.
+template <int N>
+struct ColumnSums {
+  double v[N];
+};
+
+template <int N, typename F>
+__device__ __forceinline__ ColumnSums<N> sum_over_row_lanes(
+    ColumnSums<N> (&scratch)[kStatRowThreads][kStatThreadsX], bool column_in_range,
+    int64_t items, F f) {
+  ColumnSums<N> part{};
+  if (column_in_range) {
+    for (int64_t i = threadIdx.y; i < items; i += kStatRowThreads) {
+      const ColumnSums<N> item = f(i);
+#pragma unroll
+      for (int k = 0; k < N; ++k) part.v[k] += item.v[k];
+    }
+  }
+  scratch[threadIdx.y][threadIdx.x] = part;
+  __syncthreads();
+  ColumnSums<N> total = scratch[0][threadIdx.x];
+  if (threadIdx.y == 0) {
+    for (int r = 1; r < kStatRowThreads; ++r) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) total.v[k] += scratch[r][threadIdx.x].v[k];
+    }
+  }
+  return total;
+}
+
 // Finish, per column: the normalize pass's (center, multiplier), out = (z - center) * mul +
 // beta (subtracting before scaling avoids the cancellation of z * mul + (beta - mean * mul)),
 // from the batch's mean and biased variance of z (summed over the slices), and the
@@ -251,24 +285,13 @@ finish_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ bias,
               double momentum, double eps, bool stats_of_y,
               y_t* __restrict__ center, y_t* __restrict__ mul, int64_t batch,
               int64_t n) {
-  __shared__ double s_sum[kStatRowThreads][kStatThreadsX];
-  __shared__ double s_sq[kStatRowThreads][kStatThreadsX];
+  __shared__ ColumnSums<2> s_part[kStatRowThreads][kStatThreadsX];
   const int64_t j = blockIdx.x * static_cast<int64_t>(kStatThreadsX) + threadIdx.x;
-  double sum = 0.0, sq = 0.0;
-  if (j < n) {
-    for (int s = threadIdx.y; s < slices; s += kStatRowThreads) {
-      sum += partial_sum[s * n + j];
-      sq += partial_sq[s * n + j];
-    }
-  }
-  s_sum[threadIdx.y][threadIdx.x] = sum;
-  s_sq[threadIdx.y][threadIdx.x] = sq;
-  __syncthreads();
+  const ColumnSums<2> sums = sum_over_row_lanes<2>(s_part, j < n, slices, [&](int64_t s) {
+    return ColumnSums<2>{{partial_sum[s * n + j], partial_sq[s * n + j]}};
+  });
   if (threadIdx.y != 0 || j >= n) return;
-  for (int r = 1; r < kStatRowThreads; ++r) {
-    sum += s_sum[r][threadIdx.x];
-    sq += s_sq[r][threadIdx.x];
-  }
+  const double sum = sums.v[0], sq = sums.v[1];
   const y_t first = static_cast<y_t>(y[j]);
   const double shift = stats_of_y ? static_cast<double>(first)
                                   : static_cast<double>(
@@ -295,7 +318,7 @@ finish_tiles_kernel(const float* __restrict__ tile_mean, const float* __restrict
                     scalar_t* __restrict__ running_var, const int64_t* nbt_read, double momentum,
                     double eps, float* __restrict__ center, float* __restrict__ mul, int64_t batch,
                     int64_t n) {
-  __shared__ double s_part[kStatRowThreads][kStatThreadsX];
+  __shared__ ColumnSums<1> s_part[kStatRowThreads][kStatThreadsX];
   __shared__ double s_mean[kStatThreadsX];
   const int64_t j = blockIdx.x * static_cast<int64_t>(kStatThreadsX) + threadIdx.x;
   const int64_t tiles = ceil_div(batch, rows);
@@ -303,20 +326,11 @@ finish_tiles_kernel(const float* __restrict__ tile_mean, const float* __restrict
     return static_cast<double>(t + 1 < tiles ? rows : batch - t * rows);
   };
   const double count = static_cast<double>(batch);
-  // Column j's sum of f(t) over the tiles in a fixed order (valid in row lane 0): each lane
-  // sums every kStatRowThreads-th tile, then lane 0 the lanes.
+  // Column j's sum of f(t) over the tiles (valid in row lane 0).
   const auto sum_over_tiles = [&](auto f) {
-    double part = 0.0;
-    if (j < n) {
-      for (int64_t t = threadIdx.y; t < tiles; t += kStatRowThreads) part += f(t);
-    }
-    s_part[threadIdx.y][threadIdx.x] = part;
-    __syncthreads();
-    double total = 0.0;
-    if (threadIdx.y == 0) {
-      for (int r = 0; r < kStatRowThreads; ++r) total += s_part[r][threadIdx.x];
-    }
-    return total;
+    return sum_over_row_lanes<1>(s_part, j < n, tiles, [&](int64_t t) {
+      return ColumnSums<1>{{f(t)}};
+    }).v[0];
   };
   const double sum = sum_over_tiles([&](int64_t t) { return count_of(t) * tile_mean[t * n + j]; });
   if (threadIdx.y == 0) s_mean[threadIdx.x] = sum / count;
