@@ -176,7 +176,7 @@ column_moments_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict__ b
           part_sum[e] = part_sq[e] = 0;
         }
       };
-      int in_chunk = 0;
+      [[maybe_unused]] int in_chunk = 0;  // unused where kChunk is 0
 #pragma unroll 4
       for (int64_t i = begin + threadIdx.y; i < end; i += kStatRowThreads) {
         y_t v[V];
