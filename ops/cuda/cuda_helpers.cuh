@@ -4,10 +4,13 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace fusedops::cuda {
@@ -85,6 +88,42 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   return total;
 }
 
+// Two float16 / bfloat16 values packed in one 32-bit word (the lower at the lower address, as
+// in memory), to and from two floats: one conversion a pair (cvt.rn ...x2.f32, round to nearest
+// even as a single value's cast), and a kernel that keeps 16-bit values in registers holds them
+// two a register. Values written one at a time into a word's halves were kept one a register
+// by the compiler (model 39's resident kernel in bfloat16: 128 registers of values, spilled).
+template <typename S>
+struct Packed16;
+template <>
+struct Packed16<c10::Half> {
+  __device__ __forceinline__ static float2 unpack(uint32_t w) {
+    __half2 h;
+    static_assert(sizeof(h) == sizeof(w));
+    memcpy(&h, &w, sizeof(w));
+    return __half22float2(h);
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &h, sizeof(w));
+    return w;
+  }
+};
+template <>
+struct Packed16<c10::BFloat16> {
+  __device__ __forceinline__ static float2 unpack(uint32_t w) {
+    // A bfloat16 is the upper half of the float with its bits.
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &h, sizeof(w));
+    return w;
+  }
+};
+
 // V consecutive values of type S from p (aligned to their whole size), widened to T: one 16-
 // or 8-byte load when the V values make one (float x 4, half x 8 or x 4), else V loads.
 template <int V, typename T, typename S>
@@ -109,10 +148,27 @@ __device__ __forceinline__ void store_vector(S* p, const T (&v)[V]) {
   if constexpr (kBytes == 16 || kBytes == 8) {
     using Raw = std::conditional_t<kBytes == 16, uint4, uint2>;
     Raw raw;
-    S* e = reinterpret_cast<S*>(&raw);
+    if constexpr (sizeof(S) == 2 && std::is_same_v<T, float>) {
+      // Two values a word (Packed16): the same roundings, a conversion a pair.
+      uint32_t* w = reinterpret_cast<uint32_t*>(&raw);
 #pragma unroll
-    for (int i = 0; i < V; ++i) e[i] = static_cast<S>(v[i]);
-    *reinterpret_cast<Raw*>(p) = raw;
+      for (int i = 0; i < V / 2; ++i) w[i] = Packed16<S>::pack(v[2 * i], v[2 * i + 1]);
+    } else {
+      S* e = reinterpret_cast<S*>(&raw);
+#pragma unroll
+      for (int i = 0; i < V; ++i) e[i] = static_cast<S>(v[i]);
+    }
+    // One vector store in the PTX itself: a plain assignment of `raw` came out as four 4-byte
+    // stores where the kernel around it kept many registers live (model 39's resident kernel).
+    // (__stwb's st.global.wb compiles to a strong store, not the plain one.)
+    if constexpr (kBytes == 16) {
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(raw.x), "r"(raw.y),
+                   "r"(raw.z), "r"(raw.w)
+                   : "memory");
+    } else {
+      asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(raw.x), "r"(raw.y)
+                   : "memory");
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < V; ++i) p[i] = static_cast<S>(v[i]);

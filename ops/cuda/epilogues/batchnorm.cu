@@ -528,20 +528,31 @@ batchnorm_resident_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict
     }
   }
   if constexpr (!kOfY) {
+    static_assert(sizeof(ys_t) == 2, "z is formed from the eager route's float16/bfloat16 y");
     if (active) {
+      // A pair of columns a word (Packed16): z rounded to ys_t as the reference stores it, so
+      // its packing is exact.
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const scalar_t s = scale[(j0 + e) * scale_col_stride];  // z's scale, in its dtype
+      for (int w = 0; w < V / 2; ++w) {
+        const int64_t j = j0 + 2 * w;
+        const scalar_t s0 = scale[j * scale_col_stride];  // z's scales, in their dtype
+        const scalar_t s1 = scale[(j + 1) * scale_col_stride];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          ys_t* piece = reinterpret_cast<ys_t*>(&raw[r]);
-          piece[e] = static_cast<ys_t>(Z::z(static_cast<float>(piece[e]), bias, s, j0 + e));
+          uint32_t& word = reinterpret_cast<uint32_t*>(&raw[r])[w];
+          const float2 f = Packed16<ys_t>::unpack(word);
+          word = Packed16<ys_t>::pack(Z::z(f.x, bias, s0, j), Z::z(f.y, bias, s1, j + 1));
         }
       }
     }
   }
   const auto value = [&](int r, int e) {
-    return static_cast<part_t>(reinterpret_cast<const ys_t*>(&raw[r])[e]);
+    if constexpr (sizeof(ys_t) == 2) {
+      const float2 f = Packed16<ys_t>::unpack(reinterpret_cast<const uint32_t*>(&raw[r])[e / 2]);
+      return static_cast<part_t>(e % 2 == 0 ? f.x : f.y);
+    } else {
+      return static_cast<part_t>(reinterpret_cast<const ys_t*>(&raw[r])[e]);
+    }
   };
   part_t acc[V];
 #pragma unroll
@@ -595,8 +606,8 @@ batchnorm_resident_kernel(const ys_t* __restrict__ y, const scalar_t* __restrict
       float o[V];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        o[e] = Math::normalize(static_cast<float>(reinterpret_cast<const ys_t*>(&raw[r])[e]),
-                               c[e], m[e], static_cast<float>(b[e]));
+        o[e] = Math::normalize(static_cast<float>(value(r, e)), c[e], m[e],
+                               static_cast<float>(b[e]));
       }
       store_vector<V>(out + offset + r * step, o);
     }
