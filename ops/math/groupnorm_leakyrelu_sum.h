@@ -22,11 +22,7 @@ struct GroupNormLeakyReluSum {
 
   // 1 / sqrt(var + eps), var the biased variance.
   C10_HOST_DEVICE T rstd(T squared_deviations, T count) const {
-#if defined(__CUDA_ARCH__)
-    return T(1) / ::sqrt(squared_deviations / count + eps);
-#else
-    return T(1) / std::sqrt(squared_deviations / count + eps);
-#endif
+    return inv_std(squared_deviations / count);
   }
 
   // The same two for a count that is a power of two, given 1 / count: scaling by a power of two
@@ -35,11 +31,7 @@ struct GroupNormLeakyReluSum {
   // epilogue takes only such group sizes.
   C10_HOST_DEVICE static T mean_pow2(T sum, T inv_count) { return sum * inv_count; }
   C10_HOST_DEVICE T rstd_pow2(T squared_deviations, T inv_count) const {
-#if defined(__CUDA_ARCH__)
-    return T(1) / ::sqrt(squared_deviations * inv_count + eps);
-#else
-    return T(1) / std::sqrt(squared_deviations * inv_count + eps);
-#endif
+    return inv_std(squared_deviations * inv_count);
   }
 
   // One channel's output from its value less the group mean.
@@ -49,6 +41,16 @@ struct GroupNormLeakyReluSum {
     // torch's leaky_relu: v > 0 ? v : v * slope (NaN takes the second branch and stays NaN).
     const T leaky = Store::store(v > T(0) ? v : v * negative_slope);
     return leaky + leaky;
+  }
+
+ private:
+  // 1 / sqrt(var + eps), the one formula both rstd forms round through.
+  C10_HOST_DEVICE T inv_std(T var) const {
+#if defined(__CUDA_ARCH__)
+    return T(1) / ::sqrt(var + eps);
+#else
+    return T(1) / std::sqrt(var + eps);
+#endif
   }
 };
 
