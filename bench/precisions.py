@@ -13,13 +13,14 @@ the table still shows for scale.)
 
     python bench/precisions.py [--models 18,98,39,62,39L] \
         [--modes float32,tf32,float16,bfloat16,autocast-float16,autocast-bfloat16] \
-        [--no-compile] [--reps 30] [--json FILE]
+        [--no-compile] [--reps 30] [--blocks 3] [--json FILE]
 
 Modes: float32 (the exact-float32 contract: torch's float32 matmul precision "ieee"); tf32
 (precision "tf32" for every variant); float16/bfloat16 (the models cast); autocast-<dtype>
 (float32 models inside torch.autocast("cuda", dtype)). 39L is model 39 at KernelBench's
 16384 x 4096 -> 4096. Model 39 trains (as KernelBench runs it). Time: median ms of --reps
-calls, inputs rotated past L2 (bench.py's timed_interleaved); ratios are variant / fusedops.
+calls, inputs rotated past L2 (bench.py's timed_interleaved), from the least disturbed of
+--blocks interleaved loops; ratios are variant / fusedops.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def y_round_trip_ms(key, batch, n, mode, copy_tbs):
     return 2 * y_bytes / (copy_tbs * 1e12) * 1e3
 
 
-def measure(label, mode, reps, compile_reference, copy_tbs):
+def measure(label, mode, reps, compile_reference, copy_tbs, blocks=3):
     key, init_args, batch = sizes(label)
     problem = PROBLEMS[key]
     dtype = model_dtype(mode)
@@ -130,7 +131,8 @@ def measure(label, mode, reps, compile_reference, copy_tbs):
             def floor(x):
                 return torch.mm(cast[id(x)], w)
 
-            times = timed_interleaved([variants[name] for name in names] + [floor], inputs, reps)
+            times = timed_interleaved([variants[name] for name in names] + [floor], inputs, reps,
+                                      blocks=blocks)
         for name, ms in zip(names + ["gemm"], times):
             row[f"{name}_ms"] = ms
     row["floor_ms"] = row["gemm_ms"] + y_round_trip_ms(key, batch, n, mode, copy_tbs)
@@ -175,6 +177,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="18,98,39,62,39L")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--blocks", type=int, default=3,
+                   help="interleaved loops of --reps a row; the least disturbed one is kept "
+                        "(bench.timed_interleaved)")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -188,7 +193,7 @@ def main(argv=None) -> int:
     rows = []
     for label in args.models.split(","):
         for mode in args.modes.split(","):
-            row = measure(label, mode, args.reps, not args.no_compile, copy_tbs)
+            row = measure(label, mode, args.reps, not args.no_compile, copy_tbs, args.blocks)
             row["copy_tbs"] = copy_tbs
             print(json.dumps(row), flush=True)
             rows.append(row)

@@ -111,6 +111,18 @@ def test_printed_ratio_check_allows_rounding_and_rejects_a_wrong_ratio():
     assert not printed_ratio_is_consistent(0.0, 0.0081, 1.00)
 
 
+def test_least_disturbed_keeps_one_whole_block():
+    """timed_interleaved's choice among repeated interleaved loops: the block with the least
+    total, every fn's median from it (per-fn minima, [0.9, 1.9], would mix blocks)."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        from bench import least_disturbed
+    finally:
+        sys.path.pop(0)
+    assert least_disturbed([[1.0, 2.0], [0.9, 2.5], [1.0, 1.9]]) == [1.0, 1.9]
+    assert least_disturbed([[0.5, 0.7]]) == [0.5, 0.7]
+
+
 def test_kernelbench_custom_source_and_rows():
     """What bench/kernelbench_eval.py hands KernelBench's evaluator: a ModelNew subclass with the
     numerics and, for "off", cache_folds=False; float32 rows once (both numerics agree)."""
