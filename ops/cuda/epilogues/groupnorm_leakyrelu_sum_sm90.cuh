@@ -92,9 +92,9 @@ class GroupNormLeakyReluSumEpilogue
     // The 8-column blocks whose gamma and beta pass 3 loads at once, before their stores. A load
     // placed beside the stores waits for them (the compiler cannot tell that the parameters do
     // not alias the output): loaded a block at a time, the epilogue paid a memory round trip
-    // per block, 16 a tile, about 6 us of model 62's 200 at the default sizes
-    // (docs/PERFORMANCE.md). Half parameters: every block at once (32 registers); float ones
-    // (the autocast form) four at a time, as all at once spilled.
+    // per block, 16 a tile (measured: docs/PERFORMANCE.md, "Session of 2026-12-01"). Half
+    // parameters: every block at once (32 registers); float ones (the autocast form) four at a
+    // time, as all at once spilled.
     constexpr int kParamChunk = sizeof(Element) == 2 ? kV : 4;
     static_assert(kV % kParamChunk == 0, "GroupNorm epilogue: whole parameter chunks");
 
