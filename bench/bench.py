@@ -47,25 +47,41 @@ L2_FLUSH_BYTES = 256 * 2**20  # rotate inputs until at least this many bytes are
 def timed(fn, inputs, reps, warmup=3):
     """Median ms of fn(inputs[i % len]) over reps calls, each bracketed by CUDA events (on
     the CPU: by time.perf_counter)."""
-    if not inputs[0].is_cuda:
-        return timed_interleaved([fn], inputs, reps, warmup)[0]
-    for i in range(warmup):
-        fn(inputs[i % len(inputs)])
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    return timed_interleaved([fn], inputs, reps, warmup)[0]
+
+
+def interleaved_medians(fns, inputs, reps):
+    """One block: each fn's median ms over reps calls, the calls interleaved (a, b, a, b, ...;
+    the order flips every rep), each bracketed by CUDA events (read after the block, so no
+    synchronization falls between calls) or, on the CPU, by time.perf_counter."""
+    cuda = inputs[0].is_cuda
+    samples = [[] for _ in fns]
+    if cuda:
+        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                   for _ in range(reps)] for _ in fns]
+        torch.cuda.synchronize()
     for i in range(reps):
-        starts[i].record()
-        fn(inputs[i % len(inputs)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
+        for f in order:
+            if cuda:
+                start, end = events[f][i]
+                start.record()
+                fns[f](inputs[i % len(inputs)])
+                end.record()
+            else:
+                start = time.perf_counter()
+                fns[f](inputs[i % len(inputs)])
+                samples[f].append((time.perf_counter() - start) * 1e3)
+    if cuda:
+        torch.cuda.synchronize()
+        samples = [[s.elapsed_time(e) for s, e in pairs] for pairs in events]
+    return [statistics.median(s) for s in samples]
 
 
 def timed_interleaved(fns, inputs, reps, warmup=3, blocks=1):
-    """Median ms of each fn, their calls interleaved (a, b, a, b, ...; the order flips every
-    rep) so that clock and thermal drift over the run falls on each alike: measured one after
-    the other, the eager-vs-ModelNew TF32 ratio of model 39 moved by +-10% between runs.
+    """Median ms of each fn, their calls interleaved (interleaved_medians) so that clock and
+    thermal drift over the run falls on each alike: measured one after the other, the
+    eager-vs-ModelNew TF32 ratio of model 39 moved by +-10% between runs.
     blocks > 1: the interleaved loop runs that many times and the block with the least total
     of medians is kept, every fn's median from that one block (so ratios stay within a block).
     Something outside the process only adds time: on one H200, whole rows of precisions.py
@@ -73,31 +89,7 @@ def timed_interleaved(fns, inputs, reps, warmup=3, blocks=1):
     for i in range(warmup):
         for fn in fns:
             fn(inputs[i % len(inputs)])
-    if not inputs[0].is_cuda:
-        samples = [[] for _ in fns]
-        for i in range(reps):
-            order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
-            for f in order:
-                start = time.perf_counter()
-                fns[f](inputs[i % len(inputs)])
-                samples[f].append((time.perf_counter() - start) * 1e3)
-        return [statistics.median(s) for s in samples]
-    block_medians = []
-    for _ in range(blocks):
-        torch.cuda.synchronize()
-        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                   for _ in range(reps)] for _ in fns]
-        for i in range(reps):
-            order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
-            for f in order:
-                start, end = events[f][i]
-                start.record()
-                fns[f](inputs[i % len(inputs)])
-                end.record()
-        torch.cuda.synchronize()
-        block_medians.append([statistics.median(s.elapsed_time(e) for s, e in ev)
-                              for ev in events])
-    return least_disturbed(block_medians)
+    return least_disturbed([interleaved_medians(fns, inputs, reps) for _ in range(blocks)])
 
 
 def least_disturbed(block_medians):

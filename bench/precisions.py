@@ -83,7 +83,7 @@ def y_round_trip_ms(key, batch, n, mode, copy_tbs):
     return 2 * y_bytes / (copy_tbs * 1e12) * 1e3
 
 
-def measure(label, mode, reps, compile_reference, copy_tbs, blocks=3):
+def measure(label, mode, reps, compile_reference, copy_tbs, blocks):
     key, init_args, batch = sizes(label)
     problem = PROBLEMS[key]
     dtype = model_dtype(mode)

@@ -123,6 +123,33 @@ def test_least_disturbed_keeps_one_whole_block():
     assert least_disturbed([[0.5, 0.7]]) == [0.5, 0.7]
 
 
+def test_timed_interleaved_runs_every_block():
+    """timed_interleaved(blocks=N) runs N interleaved loops of reps calls each after the warm-up
+    (on the CPU as on the GPU: one loop for both) and keeps one whole block: here the second
+    fn's calls are slow in the first block only, so the kept block is a later one."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    try:
+        from bench import timed_interleaved
+    finally:
+        sys.path.pop(0)
+    import time
+
+    import torch
+    calls = {"a": 0, "b": 0}
+
+    def a(_):
+        calls["a"] += 1
+
+    def b(_):
+        calls["b"] += 1
+        if 2 < calls["b"] <= 2 + 5:  # the first block's five calls, after two warm-ups
+            time.sleep(0.02)
+
+    medians = timed_interleaved([a, b], [torch.zeros(1)], reps=5, warmup=2, blocks=3)
+    assert calls == {"a": 2 + 3 * 5, "b": 2 + 3 * 5}
+    assert len(medians) == 2 and medians[1] < 10.0, medians
+
+
 def test_kernelbench_custom_source_and_rows():
     """What bench/kernelbench_eval.py hands KernelBench's evaluator: a ModelNew subclass with the
     numerics and, for "off", cache_folds=False; float32 rows once (both numerics agree)."""
