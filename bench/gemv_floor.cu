@@ -9,8 +9,8 @@
 // at n = k = 8192 float16, with L2 emptied by writing 256 MiB (dirty lines the timed call pays to
 // write back) and by reading them (clean lines). Each skinny result is checked against cuBLAS's.
 // `./gemv_floor pair` times instead the kernel's float32 form (W's and x's fp16 pairs, three
-// products: 256 MiB at n = k = 8192) in each block shape at 1-64 rows, against a plain read of
-// those bytes, each shape's y checked against the first's.
+// products: 256 MiB at n = k = 8192) in each block shape at 1-64 rows (above 32 also on chunks
+// of x's rows), against a plain read of those bytes, each shape's y checked against the first's.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iops $(python3 -c "import torch.utils.cpp_extension as c; \
 //     print(' '.join('-I' + p for p in c.include_paths()))") bench/gemv_floor.cu -lcublas \
@@ -94,32 +94,34 @@ struct Timer {
 template <int kWarps, int kTiles, int kRowTiles, int kUnroll>
 void skinny(const __half* x, const __half* w, float* y, int m, int n, int k) {
   const auto kernel =
-      gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, false, StoreFloatY>;
+      gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, false, false, StoreFloatY>;
   constexpr int smem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles>();
   if (smem > 48 * 1024) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
-  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(x, w, m, n, k, k,
+  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(x, w, m, n, k, k, 1,
                                                                             StoreFloatY{y}, {});
   CHECK(cudaGetLastError());
 }
 
 // The float32 form (kPair) on W's and x's fp16 pairs (rows 2k halves long): per-row scales 1
-// and 2^-11, no guarded rows.
-template <int kWarps, int kTiles, int kRowTiles, int kUnroll>
+// and 2^-11, no guarded rows; x's rows in chunks of 8 kTiles (a group of W's rows read by its
+// chunks together, as skinny_half_launch.cuh launches it).
+template <int kWarps, int kTiles, int kRowTiles, int kUnroll, bool kStaged = false>
 void skinny_pair(const __half* x, const __half* w, const float* alpha, const float* beta, float* y,
                  int m, int n, int k) {
+  const int chunks = (m + 8 * kTiles - 1) / (8 * kTiles);
   const auto kernel =
-      gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, true, StoreFloatY>;
-  constexpr int smem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles, true>();
+      gemv_half_kernel<__half, kWarps, kTiles, kRowTiles, kUnroll, true, kStaged, StoreFloatY>;
+  constexpr int smem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles, true, kStaged>();
   if (smem > 48 * 1024) {
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
   fusedops::cuda::gemm::PairArgs pair;
   pair.alpha = alpha;
   pair.beta = beta;
-  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles), 32 * kWarps, smem>>>(
-      x, w, m, n, k, k, StoreFloatY{y}, pair);
+  kernel<<<(n + 16 * kRowTiles - 1) / (16 * kRowTiles) * chunks, 32 * kWarps, smem>>>(
+      x, w, m, n, k, k, chunks, StoreFloatY{y}, pair);
   CHECK(cudaGetLastError());
 }
 
@@ -188,12 +190,31 @@ int pair_main(Timer& timer) {
         if constexpr (kT <= 4) {
           run("32r x 8w u2", [&] { skinny_pair<8, kT, 2, 2>(x, w, alpha, beta, y, m, n, k); });
           run("64r x 8w u1", [&] { skinny_pair<8, kT, 4, 1>(x, w, alpha, beta, y, m, n, k); });
+          // Staged: the loads through a two-step ring in shared memory (cp.async).
+          run("32r x 8w staged",
+              [&] { skinny_pair<8, kT, 2, 1, true>(x, w, alpha, beta, y, m, n, k); });
+          run("64r x 8w staged",
+              [&] { skinny_pair<8, kT, 4, 1, true>(x, w, alpha, beta, y, m, n, k); });
         }
       };
       if (m <= 8) shapes(std::integral_constant<int, 1>{});
       else if (m <= 16) shapes(std::integral_constant<int, 2>{});
       else if (m <= 32) shapes(std::integral_constant<int, 4>{});
       else shapes(std::integral_constant<int, 8>{});
+      // More than 32 rows: chunks of x's rows (skinny_pair_shape: 64 rows of W a block, chunks
+      // of 32 rows), and chunks of 16 on 32-row blocks.
+      if (m > 32) {
+        run("64r x 8w u1 chunks of 32",
+            [&] { skinny_pair<8, 4, 4, 1>(x, w, alpha, beta, y, m, n, k); });
+        run("32r x 8w u1 chunks of 16",
+            [&] { skinny_pair<8, 2, 2, 1>(x, w, alpha, beta, y, m, n, k); });
+        run("64r x 8w u1 chunks of 16",
+            [&] { skinny_pair<8, 2, 4, 1>(x, w, alpha, beta, y, m, n, k); });
+        run("64r x 8w staged chunks of 32",
+            [&] { skinny_pair<8, 4, 4, 1, true>(x, w, alpha, beta, y, m, n, k); });
+        run("32r x 8w staged chunks of 32",
+            [&] { skinny_pair<8, 4, 2, 1, true>(x, w, alpha, beta, y, m, n, k); });
+      }
       std::printf("\n");
     }
   }

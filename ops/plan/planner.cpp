@@ -127,7 +127,8 @@ bool large_for_fp16_engine(const GemmRequest& r) {
 
 // float32-exact from 65 rows, where W's fold outlives the call: from 65 rows cuBLAS's SGEMM
 // changes tiles and this engine measured faster (docs/PERFORMANCE.md, issue 25), at 33-64 rows
-// the same. Where the fold is made per call (passes over W), 128 rows.
+// the same (both behind the skinny kernel's chunks there). Where the fold is made per call
+// (passes over W), 128 rows.
 bool large_for_fp16_engine_exact(const GemmRequest& r) {
   return r.m >= (r.folds_cached ? kMin3xFp16CachedRows : kMin3xFp16Rows) &&
          gemm_flop(r) >= kMin3xFp16Flop;
@@ -207,19 +208,25 @@ Plan plan_float32(const GemmRequest& r, const Settings& s) {
   const Route few = r.m <= kMaxSkinnyRows && r.k % 4 == 0 && r.x_aligned && r.w_aligned
                         ? Route::kSkinny
                         : p.route;
-  // Small-batch serving: 3 to 32 rows, the skinny-half kernel on W's and x's fp16 pairs as the
+  // Small-batch serving: 3 to 64 rows, the skinny-half kernel on W's and x's fp16 pairs as the
   // 3xFP16 engine splits them (W's pair is that engine's fold, W's bytes: one read of W), three
   // products at that engine's accuracy, the epilogue inside. At 1-2 rows the skinny kernel's
   // one launch beats this route's three (the guard's reset, x's split, the kernel), and at 3-4
   // rows too where W is narrow (the skinny kernel splits K between warps, and launches count
-  // more than bytes). Above 16 rows its blocks hold 64 rows of W: N must give half the SMs one.
+  // more than bytes). Above 16 rows its blocks hold 64 rows of W: N must give half the SMs one;
+  // above 32, chunks of 32 rows of x read each block's rows of W together (heuristics.h).
   // Where the user named the float32 GEMM (FUSEDOPS_FP32_GEMM), that GEMM runs; where W's fold
   // is made per call (training), SGEMM. (Measurements: docs/PERFORMANCE.md, issue 25.)
   // A row reduction takes the kernel's K-slice partials (skinny_reduces_rows).
+  // With TF32 allowed, TF32's own GEMM (one read of W, at tensor-core rates) is ahead of the
+  // three products from 9 rows (on an H200, 39 and 62 at 8192 x 8192: 9-64 rows 0.082-0.097
+  // ms a call against 0.102-0.179; at 3-8 rows 0.089-0.095 against 0.083-0.085:
+  // docs/PERFORMANCE.md, "Session of 2026-12-01 (third)").
   const bool wide = !narrow_weight(r);
-  const int64_t pair_rows = skinny_reduces_rows(r) ? kMaxSkinnyPartialRows
-                            : wide                 ? kMaxSkinnyPairRows
-                                                   : kMaxSkinnyHalfRows;
+  const int64_t pair_rows = skinny_reduces_rows(r)        ? kMaxSkinnyPartialRows
+                            : !wide                       ? kMaxSkinnyHalfRows
+                            : p.route == Route::kTf32     ? kMaxSkinnyPairTf32Rows
+                                                          : kMaxSkinnyPairRows;
   const bool skinny_first =
       few == Route::kSkinny && r.m <= (wide ? kSkinnyBeforePairRows : kMaxSkinnyRows);
   if (s.fp32_gemm == Fp32GemmSetting::kAuto && !skinny_first && r.folds_cached &&

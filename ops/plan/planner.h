@@ -105,7 +105,8 @@ std::optional<cuda::gemm::Products> fp16_products(Route route);
 inline constexpr int64_t kMaxSkinnyRows = 4;
 inline constexpr int64_t kMaxSkinnyHalfRows = 16;
 inline constexpr int64_t kMaxSkinnyHalfNarrowRows = 32;  // unfused, N < 32 SMs
-inline constexpr int64_t kMaxSkinnyPairRows = 32;  // float32, where N >= 32 SMs (else 16)
+inline constexpr int64_t kMaxSkinnyPairRows = 64;  // float32, where N >= 32 SMs (else 16)
+inline constexpr int64_t kMaxSkinnyPairTf32Rows = 8;  // ... where TF32 is allowed
 inline constexpr int64_t kSkinnyBeforePairRows = 2;  // float32, N >= 32 SMs: skinny first
 inline constexpr int64_t kMaxSkinnyPartialRows = 128;  // a row reduction's K-slice partials
 inline constexpr int64_t kMin3xFp16Rows = 128;

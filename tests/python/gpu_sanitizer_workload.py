@@ -248,6 +248,36 @@ def main():
                 print(f"{key} {init_args} {dtype} batch {batch} {line.split(': ')[-1].split(' ')[0]}: "
                       f"{'ok' if ok else 'MISMATCH ' + line}")
                 failures += not ok
+    # The float32 form's 64-row blocks (N >= 32 SMs), their loads staged in shared memory
+    # (cp.async): 24 rows (one chunk), 50 (two chunks of x's rows, the second partial), with
+    # model 62's epilogue (groups of 16), model 39's (eval) and none (39 in training); guarded
+    # rows in the first chunk and the last (the kernel's exact path, its chunk's offsets);
+    # in_features 264 leaves a partial round.
+    if torch.cuda.get_device_capability()[0] >= 8:
+        n = 32 * torch.cuda.get_device_properties(0).multi_processor_count + 16
+        for key, init_args, train in (("62", (264, n, n // 16), False),
+                                      ("39", (264, n, (n,)), False), ("39", (264, n, (n,)), True)):
+            prob = PROBLEMS[key]
+            for batch in (24, 50):
+                ref = prob.model(*init_args).cuda().train(train)
+                new = prob.model_new(*init_args).cuda().train(train)
+                new.load_state_dict(ref.state_dict())
+                x = prob.make_input(batch, init_args, dist="randn", device="cuda")
+                if not train:  # (in training an inf spreads over its columns' statistics)
+                    x[3, 5] = float("inf")
+                x[batch - 2, :100] *= 2.0 ** 20
+                x[batch - 2, 100:] *= 2.0 ** -20
+                ref64 = prob.model(*init_args).cuda().double().train(train)
+                ref64.load_state_dict(ref.state_dict())
+                with torch.no_grad():
+                    (line,) = fusedops.explain(new, x)
+                    out_ref, out_new, out64 = ref(x), new(x), ref64(x.double())
+                torch.cuda.synchronize()
+                ok = ": skinny-3xfp16" in line and bool(within_tolerance(
+                    out_new, out_ref, Tolerance(atol=1e-4, rtol=1e-4), out64).all())
+                print(f"{key} float32 {'train' if train else 'eval'} batch {batch} 64-row blocks "
+                      f"{line.split(': ')[-1].split(' ')[0]}: {'ok' if ok else 'MISMATCH ' + line}")
+                failures += not ok
     # The plain form at 17-32 rows of x (four 8-row tiles), where W is narrow: model 98's pooled
     # weight (50 channels pooled by 5: 10 rows of W) at 24 and 32 rows.
     if torch.cuda.get_device_capability()[0] >= 8:

@@ -1,6 +1,6 @@
 """Small-batch serving (issue 25): every batch size from 1 to 256, in each dtype, for each model
 in eval mode as a server runs it, against the reference in the model's dtype and in float64.
-Below the planner's crossover (16 rows; float32 32 where N fills the GPU, float16/bfloat16
+Below the planner's crossover (16 rows; float32 64 where N fills the GPU, float16/bfloat16
 without a fused epilogue 32 where N is narrow) the weight-streaming tensor-core kernel runs
 (float32: `skinny-3xfp16`, on W's and x's fp16 pairs, after the float32 `skinny` kernel at 1-2
 rows, 1-4 where N is narrow; float16/bfloat16: `skinny-half`), with the operator's epilogue
@@ -143,19 +143,88 @@ def test_float32_pairs_take_any_in_features(key):
         assert ": skinny-3xfp16" in line, line
 
 
-@pytest.mark.parametrize("case", ["39", "62g16", "62g32", "62"])
-def test_float32_pairs_up_to_32_rows_where_n_fills_the_gpu(case):
-    """17-32 rows run 64-row blocks of W where N gives half the SMs one (N >= 32 SMs): the
-    width just past that (not a multiple of 64: a partial last block) for 39 in eval and 62
-    with groups of 16 and 32 (several groups a block) and of 64 (unfused)."""
+def _wide_case(case):
+    """A width just past the one that gives half the SMs a 64-row block (N >= 32 SMs; not a
+    multiple of 64: a partial last block) for 39 in eval and 62 with groups of 16 and 32
+    (several groups a block) and of 64 (unfused)."""
     n = 32 * torch.cuda.get_device_properties(0).multi_processor_count
-    init_args = {"39": (264, n + 8, (n + 8,)), "62g16": (264, n + 16, (n + 16) // 16),
-                 "62g32": (264, n + 32, (n + 32) // 32), "62": (264, n + 64, (n + 64) // 64)}[case]
-    new, x = _run_batches(case, init_args, torch.float32, "randn", (17, 24, 31, 32, 33))
+    return {"39": (264, n + 8, (n + 8,)), "62g16": (264, n + 16, (n + 16) // 16),
+            "62g32": (264, n + 32, (n + 32) // 32), "62": (264, n + 64, (n + 64) // 64)}[case]
+
+
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("case", ["39", "62g16", "62g32", "62"])
+def test_float32_pairs_up_to_64_rows_where_n_fills_the_gpu(case, dist):
+    """17-64 rows run 64-row blocks of W where N gives half the SMs one (N >= 32 SMs), their
+    loads staged in shared memory; 33-64 rows on two chunks of x's rows (a partial second chunk
+    at 33-63), each block writing its chunk's rows of the output."""
+    new, x = _run_batches(case, _wide_case(case), torch.float32, dist,
+                          (17, 24, 31, 32, 33, 40, 47, 63, 64, 65))
     name = PAIR_ROUTE.get(case, "skinny-3xfp16")
-    for b in (17, 32, 33):
+    for b in (17, 32, 33, 64, 65):
         (line,) = fusedops.explain(new, x[:b])
-        assert (f": {name} (" in line) == (b <= 32), line
+        assert (f": {name} (" in line) == (b <= 64), line
+
+
+@pytest.mark.parametrize("case", ["39", "62"])
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+def test_float32_pairs_at_33_to_64_rows_at_the_default_sizes(case, dist):
+    """The SPEC's sizes (8192 x 8192) at 33-64 rows: the skinny kernel on two chunks of x, the
+    epilogue inside (39 in eval, 62), against the reference in float32 and float64."""
+    init_args = {"39": (8192, 8192, (8192,)), "62": (8192, 8192, 512)}[case]
+    new, x = _run_batches(case, init_args, torch.float32, dist, (33, 48, 64))
+    for b in (33, 64):
+        (line,) = fusedops.explain(new, x[:b])
+        assert ": skinny-3xfp16-fused (" in line, line
+
+
+@pytest.mark.parametrize("case", ["39", "62g16"])
+def test_tf32_allowed_from_9_rows_runs_tf32s_gemm(case):
+    """With TF32 allowed, 9 rows and more run TF32's own GEMM (ahead of the three products'
+    kernel there: planner.cpp), 3-8 the exact skinny kernel; within TF32's tolerance of the
+    float64 reference."""
+    init_args = _wide_case(case)
+    ref, new = make_pair(case[:2], init_args, device="cuda")
+    ref.eval()
+    new.eval()
+    ref64 = make_pair(case[:2], init_args, device="cuda", dtype=torch.float64)[0].eval()
+    ref64.load_state_dict(ref.state_dict())
+    x = make_input((40, init_args[0]), "randn", device="cuda")
+    saved = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        with torch.no_grad():
+            for b, route in ((8, PAIR_ROUTE[case]), (9, "tf32"), (17, "tf32"), (40, "tf32")):
+                (line,) = fusedops.explain(new, x[:b])
+                assert f": {route} (" in line, line
+                out, expected64 = new(x[:b]), ref64(x[:b].double())
+                err = (out.double() - expected64).abs().max().item()
+                assert err <= 1e-2 * expected64.abs().max().item(), (b, err)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = saved
+
+
+@pytest.mark.parametrize("case", ["39", "62g16"])
+def test_float32_pairs_recompute_guarded_rows_in_the_second_chunk(case):
+    """Guarded rows of x (inf; a scale below float32's normal range) in the second chunk of 32
+    rows (and one in the first) are recomputed exactly in the block of their chunk; a zero row
+    beside them."""
+    key = case[:2]
+    init_args = _wide_case(case)
+    ref, new = make_pair(key, init_args, device="cuda")
+    ref.eval()
+    new.eval()
+    x = make_input((64, init_args[0]), "randn", device="cuda")
+    x[3, 7] = float("inf")
+    x[40, 3] = float("inf")
+    x[45] *= 2.0 ** -140
+    x[50] = 0.0
+    with torch.no_grad():
+        (line,) = fusedops.explain(new, x)
+        assert ": skinny-3xfp16-fused (" in line, line
+        for b in (46, 64):
+            out, expected = new(x[:b]), ref(x[:b])
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
 @pytest.mark.parametrize("case", ["39", "62g16", "62", "98r"])

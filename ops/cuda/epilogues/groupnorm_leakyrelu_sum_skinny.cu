@@ -26,7 +26,8 @@ struct SkinnyGroupNormStore {
   int group;  // channels a group: kRows is a multiple of it
 
   template <int kRows, int kCols>
-  __device__ __forceinline__ void apply(float* tile, int row0, int m, int n, int threads) const {
+  __device__ __forceinline__ void apply(float* tile, int row0, int chunk0, int m, int n,
+                                        int threads) const {
     const int groups = kRows / group;
     float* mean = tile + kRows * kCols;  // the second warp's slots: free after the reduction
     float* rstd = mean + kCols * groups;
@@ -58,9 +59,10 @@ struct SkinnyGroupNormStore {
       const int r = i % kRows, c = i / kRows;
       if (c >= m || row0 + r >= n) continue;
       const int ch = row0 + r, cg = r / group * kCols + c;
-      out[static_cast<int64_t>(c) * n + ch] = static_cast<P>(chain.template output<Unrounded>(
-          tile[r * kCols + c] - mean[cg], rstd[cg], static_cast<float>(gamma[ch]),
-          static_cast<float>(beta[ch])));
+      out[static_cast<int64_t>(chunk0 + c) * n + ch] =
+          static_cast<P>(chain.template output<Unrounded>(tile[r * kCols + c] - mean[cg],
+                                                          rstd[cg], static_cast<float>(gamma[ch]),
+                                                          static_cast<float>(beta[ch])));
     }
   }
 };

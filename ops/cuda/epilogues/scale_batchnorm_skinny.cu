@@ -27,7 +27,8 @@ struct SkinnyBatchNormEvalStore {
   double eps;
 
   template <int kRows, int kCols>
-  __device__ __forceinline__ void apply(float* tile, int row0, int m, int n, int threads) const {
+  __device__ __forceinline__ void apply(float* tile, int row0, int chunk0, int m, int n,
+                                        int threads) const {
     using Math = epilogues::ScaleBatchNorm;
     // A column's (center, multiplier) once (a double square root and division), in the second
     // warp's slots, free after the reduction.
@@ -42,7 +43,7 @@ struct SkinnyBatchNormEvalStore {
       const int r = i % kRows, c = i / kRows, j = row0 + r;
       if (j >= n || c >= m) continue;
       const float z = Math::z(tile[r * kCols + c], bias[j], scale[j * scale_stride]);
-      out[static_cast<int64_t>(c) * n + j] =
+      out[static_cast<int64_t>(chunk0 + c) * n + j] =
           static_cast<P>(Math::normalize(z, center[r], mul[r], static_cast<float>(beta[j])));
     }
   }

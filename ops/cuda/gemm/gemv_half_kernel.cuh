@@ -20,11 +20,15 @@
 // steps. Rows the split's guard listed are recomputed in the block (exact_dot) before the
 // epilogue: the fused epilogues see whole, exact tiles.
 //
-// Split over K and rows (grid y and z, heuristics.h's skinny_partials_shape): a block reads the
-// K slice blockIdx.y of the chunk of 8 kTiles rows of x blockIdx.z, and an epilogue that takes
-// the terms (TakesTerms) gets the block's sums as they are, main term and cross terms apart,
-// unscaled and unguarded: a K-slice partial, combined by its reader (Partials3xFp16View). With
-// one slice and one chunk (every other epilogue) the kernel is the unsplit one.
+// Split over K and rows (heuristics.h's skinny_partials_shape and skinny_pair_shape): a block
+// reads the K slice blockIdx.y of one chunk of 8 kTiles rows of x. The chunks of one group of W's
+// rows are consecutive blocks of grid x (blockIdx.x = group * chunks + chunk): dispatched
+// together, they read those rows of W at about the same time, so one read comes from HBM and the
+// others from L2 (with the chunk in grid z, each chunk would stream all of W from HBM again). An
+// epilogue that takes the terms (TakesTerms) gets the block's sums as they are, main term and
+// cross terms apart, unscaled and unguarded: a K-slice partial, combined by its reader
+// (Partials3xFp16View); any other epilogue gets its chunk's tile of y (rows chunk0 on of x).
+// With one slice and one chunk the kernel is the unsplit one.
 //
 // An epilogue that also finishes the grid's work (FinishesGrid: a reduction of the partials
 // the whole grid wrote) runs its finish() in every block after a grid-wide barrier: one launch
@@ -65,17 +69,21 @@ __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[
 }
 
 // The plain epilogue: the tile as float32 y (m, n). Consecutive threads take consecutive rows
-// of W: coalesced stores along a row of y.
+// of W: coalesced stores along a row of y. An epilogue's apply gets the block's tile (rows row0
+// on of W, kCols rows of x from chunk0 on, m of them real) and writes rows chunk0 + c of y.
 struct StoreFloatY {
   static constexpr int kMaxRows = 32;
   static constexpr int kMaxBlockRows = 16;
   float* y;
 
   template <int kRows, int kCols>
-  __device__ __forceinline__ void apply(float* tile, int row0, int m, int n, int threads) const {
+  __device__ __forceinline__ void apply(float* tile, int row0, int chunk0, int m, int n,
+                                        int threads) const {
     for (int i = threadIdx.x; i < kRows * kCols; i += threads) {
       const int r = i % kRows, c = i / kRows;
-      if (row0 + r < n && c < m) y[static_cast<int64_t>(c) * n + row0 + r] = tile[r * kCols + c];
+      if (row0 + r < n && c < m) {
+        y[static_cast<int64_t>(chunk0 + c) * n + row0 + r] = tile[r * kCols + c];
+      }
     }
   }
 };
@@ -102,29 +110,68 @@ struct PairArgs {
   int k = 0;
 };
 
-// Shared memory of one block: its warps' partial sums (two sets in the float32 form).
-template <int kWarps, int kTiles, int kRowTiles, bool kPair = false>
+// The 16-byte vectors a thread loads for one 32-wide k step: two rows (g, g + 8) of each of W's
+// 16-row tiles and one row of each of x's 8-row tiles, each in both halves of the float32 form.
+template <int kTiles, int kRowTiles, bool kPair>
+__host__ __device__ constexpr int gemv_step_vectors() {
+  return (2 * kRowTiles + kTiles) * (kPair ? 2 : 1);
+}
+
+// Shared memory of one block: its warps' partial sums (two sets in the float32 form); staged
+// (kStaged), at least the two-step ring of every thread's vectors, which the sums reuse.
+template <int kWarps, int kTiles, int kRowTiles, bool kPair = false, bool kStaged = false>
 constexpr int gemv_half_smem_bytes() {
-  return (kPair ? 2 : 1) * kWarps * 16 * kRowTiles * 8 * kTiles * static_cast<int>(sizeof(float));
+  const int sums =
+      (kPair ? 2 : 1) * kWarps * 16 * kRowTiles * 8 * kTiles * static_cast<int>(sizeof(float));
+  const int ring = kStaged ? 2 * 32 * kWarps * gemv_step_vectors<kTiles, kRowTiles, kPair>() * 16
+                           : 0;
+  return sums > ring ? sums : ring;
+}
+
+// A 16-byte copy from global to shared memory that does not wait (cp.async, L2 only): where
+// `in` is false it reads nothing and writes zeros.
+__device__ __forceinline__ void copy_async_16(uint4* dst, const uint4* src, bool in) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
+               "r"(in ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
 }
 
 // kWarps: warps of a block, splitting K; kTiles: 8-row tiles of x (m <= 8 kTiles);
 // kRowTiles: 16-row tiles of W a block owns; kUnroll: 32-wide k steps a warp has in flight;
 // kPair: the float32 form (k is then kp, the pairs' padded K, and rows are 2 kp long);
-// slice_k: the k of a slice (k itself unsplit; a multiple of 8).
+// kStaged: the loads go through a two-step ring in shared memory (cp.async), one step in flight
+// while the warp multiplies the other (kUnroll 1): where a block's accumulators leave no
+// registers for a second step, a warp would otherwise wait out each step's loads before its MMAs
+// (on an H200 the float32 form's 64-row blocks read W at 2.2-2.5 TB/s that way);
+// slice_k: the k of a slice (k itself unsplit; a multiple of 8); chunks: x's chunks of 8 kTiles
+// rows (grid x is W's groups of 16 kRowTiles rows times chunks).
 template <typename T, int kWarps, int kTiles, int kRowTiles, int kUnroll, bool kPair,
-          typename Epilogue>
+          bool kStaged, typename Epilogue>
 __global__ void __launch_bounds__(32 * kWarps)
 gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n, int k,
-                 int slice_k, Epilogue epilogue, PairArgs pair) {
-  extern __shared__ float partial[];  // [set][warp][16 kRowTiles][8 kTiles]
+                 int slice_k, int chunks, Epilogue epilogue, PairArgs pair) {
+  static_assert(!kStaged || kUnroll == 1, "the ring holds one step in flight");
+  extern __shared__ float partial[];  // [set][warp][16 kRowTiles][8 kTiles]; first the ring
   constexpr bool kTerms = TakesTerms<Epilogue>::value;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * 16 * kRowTiles;
+  const int row0 = static_cast<int>(blockIdx.x / chunks) * 16 * kRowTiles;
   const int64_t ld = kPair ? 2 * static_cast<int64_t>(k) : k;  // a row's length
   // This block's chunk of x's rows and slice of K.
-  const int chunk0 = blockIdx.z * 8 * kTiles;
+  const int chunk0 = static_cast<int>(blockIdx.x % chunks) * 8 * kTiles;
   x += chunk0 * ld;
   m = min(m - chunk0, 8 * kTiles);
   if constexpr (kPair) {
@@ -157,21 +204,58 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
   // instruction, which must not run on part of a warp (a per-lane k0 < k hung the GPU wherever
   // K left part of a step). A lane whose own k is past the end loads zeros.
   constexpr int kHalves = kPair ? 2 : 1;  // the W (x) vectors of a step: [lo | hi] ([hi | lo])
+  // The staged ring: [step % 2][vector][thread], each thread reading back only what it copied
+  // itself (cp.async.wait_group makes a thread's own copies visible to it: no barrier).
+  constexpr int kThreads = 32 * kWarps, kVectors = gemv_step_vectors<kTiles, kRowTiles, kPair>();
+  [[maybe_unused]] uint4* const ring = reinterpret_cast<uint4*>(partial) + threadIdx.x;
+  [[maybe_unused]] const auto stage_step = [&](int kw, int stage) {
+    const int kk = kw + t * 8;
+    const bool in = kk < k_end;
+    const int at = in ? kk / 8 : 0;  // a lane past the end copies nothing from its row's start
+    uint4* to = ring + stage * kVectors * kThreads;
+#pragma unroll
+    for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int p = 0; p < kHalves; ++p) {
+          copy_async_16(to, wrow[a][h] + p * second_half + at, in);
+          to += kThreads;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kTiles; ++b) {
+#pragma unroll
+      for (int p = 0; p < kHalves; ++p) {
+        copy_async_16(to, xrow[b] + p * second_half + at, in);
+        to += kThreads;
+      }
+    }
+  };
+  [[maybe_unused]] int stage = 0;
+  if constexpr (kStaged) {
+    if (k_begin + warp * 32 < k_end) stage_step(k_begin + warp * 32, 0);
+    copy_async_commit();
+  }
   for (int kw = k_begin + warp * 32; kw < k_end; kw += kRound * kUnroll) {
-    const int k0 = kw + t * 8;
     uint4 wv[kUnroll][kRowTiles][2][kHalves];
     uint4 xv[kUnroll][kTiles][kHalves];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int kk = k0 + u * kRound;
-      const bool in = kk < k_end;
+    if constexpr (kStaged) {
+      // The next step's copies first (an empty group past the end keeps the count), then this
+      // step's, waited for and read back.
+      if (kw + kRound < k_end) stage_step(kw + kRound, stage ^ 1);
+      copy_async_commit();
+      copy_async_wait<1>();
+      const uint4* from = ring + stage * kVectors * kThreads;
 #pragma unroll
       for (int a = 0; a < kRowTiles; ++a) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
           for (int p = 0; p < kHalves; ++p) {
-            wv[u][a][h][p] = in ? __ldcs(wrow[a][h] + p * second_half + kk / 8) : uint4{};
+            wv[0][a][h][p] = *from;
+            from += kThreads;
           }
         }
       }
@@ -179,7 +263,32 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
       for (int b = 0; b < kTiles; ++b) {
 #pragma unroll
         for (int p = 0; p < kHalves; ++p) {
-          xv[u][b][p] = in ? __ldg(xrow[b] + p * second_half + kk / 8) : uint4{};
+          xv[0][b][p] = *from;
+          from += kThreads;
+        }
+      }
+      stage ^= 1;
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int kk = kw + t * 8 + u * kRound;
+        const bool in = kk < k_end;
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int p = 0; p < kHalves; ++p) {
+              wv[u][a][h][p] = in ? __ldcs(wrow[a][h] + p * second_half + kk / 8) : uint4{};
+            }
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kTiles; ++b) {
+#pragma unroll
+          for (int p = 0; p < kHalves; ++p) {
+            xv[u][b][p] = in ? __ldg(xrow[b] + p * second_half + kk / 8) : uint4{};
+          }
         }
       }
     }
@@ -228,6 +337,10 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
     }
   }
   constexpr int kCols = 8 * kTiles, kRows = 16 * kRowTiles, kTile = kRows * kCols;
+  if constexpr (kStaged) {
+    copy_async_wait<0>();  // nothing left in flight (the last groups are empty)
+    __syncthreads();       // every thread's ring read before the sums overwrite it
+  }
 #pragma unroll
   for (int set = 0; set < kHalves; ++set) {
     float* mine = partial + (set * kWarps + warp) * kTile;
@@ -289,7 +402,7 @@ gemv_half_kernel(const T* __restrict__ x, const T* __restrict__ w, int m, int n,
       }
       __syncthreads();
     }
-    epilogue.template apply<kRows, kCols>(partial, row0, m, n, 32 * kWarps);
+    epilogue.template apply<kRows, kCols>(partial, row0, chunk0, m, n, 32 * kWarps);
   }
 }
 

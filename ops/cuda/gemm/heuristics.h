@@ -69,9 +69,12 @@ inline Fp16Slices fp16_engine_slices(int64_t m, int64_t n, int64_t k, Products p
 }
 
 // The weight-streaming tensor-core kernel (gemv_half_kernel.cuh): a block of `warps` warps owns
-// 16 x row_tiles rows of W and `tiles` 8-row tiles of x.
+// 16 x row_tiles rows of W and `tiles` 8-row tiles of x, of one of `chunks` chunks of x's rows;
+// `staged`: its loads through a ring in shared memory (the kernel's kStaged).
 struct SkinnyShape {
   int warps, tiles, row_tiles;
+  int chunks = 1;
+  bool staged = false;
 };
 
 // Warps for a block of 16 rows of W: with few such blocks (a narrow W) eight warps an SM cannot
@@ -98,13 +101,17 @@ inline SkinnyShape skinny_half_shape(int64_t m, int64_t n, int sm_count, int blo
 // float32 as fp16 pairs (three products: twice the accumulators, so fewer rows a block):
 // 1-8 rows 16-row blocks; 9-16 rows 32-row blocks (x's re-reads through L2 halve) unless they
 // would leave most SMs idle (a narrow W); 17-32 rows 64-row blocks (the planner's rule: N / 64
-// fills half the SMs). block_rows as above.
+// fills half the SMs); more rows the same blocks on chunks of 32 rows of x, a group of W's rows
+// read once from HBM by its chunks together (more tiles a block would not fit its registers).
+// From 25 rows the 64-row blocks stage their loads (on an H200, 39 and 62 at 8192 x 8192: a
+// call at 25-32 rows 2-7% faster, at 17 8% slower; the kernel at 64 rows of x 0.189 -> 0.140
+// ms: docs/PERFORMANCE.md, "Session of 2026-12-01 (third)"). block_rows as above.
 inline SkinnyShape skinny_pair_shape(int64_t m, int64_t n, int sm_count, int block_rows) {
   if (m <= 8 && block_rows <= 16) return {skinny_warps(tiles_of(n, 16), sm_count), 1, 1};
   if (m <= 8) return {8, 1, 2};
   if (m <= 16 && (2 * tiles_of(n, 32) >= sm_count || block_rows > 16)) return {8, 2, 2};
   if (m <= 16) return {skinny_warps(tiles_of(n, 16), sm_count), 2, 1};
-  return {8, 4, 4};
+  return {8, 4, 4, static_cast<int>(tiles_of(m, 32)), m > 24};
 }
 
 // The weight-streaming kernel writing K-slice partials for a row-reduction epilogue, which

@@ -14,8 +14,9 @@ namespace fusedops::cuda::gemm {
 // planner's thresholds below them are measured: planner.cpp.)
 inline constexpr int64_t kSkinnyHalfFusedCapacity = 16;
 inline constexpr int64_t kSkinnyHalfCapacity = 32;
-// The float32 form's most rows (four 8-row tiles; its shapes: heuristics.h).
-inline constexpr int64_t kSkinnyPairCapacity = 32;
+// The float32 form's most rows (four 8-row tiles a block, two chunks of them; its shapes:
+// heuristics.h).
+inline constexpr int64_t kSkinnyPairCapacity = 64;
 
 // What the kernel multiplies. float16/bfloat16: x and W as given, K a positive multiple of 8,
 // 16-byte aligned base pointers (the planner's kSkinnyHalf rule). float32 (the planner's

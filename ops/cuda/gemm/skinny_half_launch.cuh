@@ -24,19 +24,23 @@ namespace fusedops::cuda::gemm {
 struct PairOf {};
 
 // One instantiation of the kernel for an epilogue and a block shape (kWarps warps splitting
-// K, kTiles 8-row tiles of x, kRowTiles 16-row tiles of W), with what its launch needs.
-template <typename T, int kWarps, int kTiles, int kRowTiles, typename Epilogue>
+// K, kTiles 8-row tiles of x, kRowTiles 16-row tiles of W; kStaged: loads through shared
+// memory), with what its launch needs.
+template <typename T, int kWarps, int kTiles, int kRowTiles, typename Epilogue,
+          bool kStaged = false>
 struct SkinnyKernel {
   static constexpr bool kPair = std::is_same_v<T, PairOf>;
   using E = std::conditional_t<kPair, __half, T>;  // the element the MMAs take
   // Loads in flight per thread: (2 kRowTiles + kTiles) vectors per step, twice that in
-  // float32; fewer steps as the block's rows grow, to stay within registers.
+  // float32; fewer steps as the block's rows grow, to stay within registers. Staged (the
+  // float32 form's 64-row blocks, which have registers for no second step: heuristics.h's
+  // skinny_pair_shape), the next step waits in a ring in shared memory.
   static constexpr int kUnroll = kPair ? (kRowTiles == 1 && kTiles == 1 ? 2 : 1)
                                        : kRowTiles == 1 ? 4 : kRowTiles == 2 ? 2 : 1;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kSmem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles, kPair>();
+  static constexpr int kSmem = gemv_half_smem_bytes<kWarps, kTiles, kRowTiles, kPair, kStaged>();
   static constexpr auto kKernel =
-      gemv_half_kernel<E, kWarps, kTiles, kRowTiles, kUnroll, kPair, Epilogue>;
+      gemv_half_kernel<E, kWarps, kTiles, kRowTiles, kUnroll, kPair, kStaged, Epilogue>;
   static constexpr int kMaxDevices = 64;
 
   // The opt-in to more than 48 KiB of shared memory is a property of the function on a
@@ -69,15 +73,17 @@ struct SkinnyKernel {
   }
 };
 
-// grid: K slices and chunks of rows (heuristics.h's skinny_partials_shape; one of each
-// unsplit); slice_k: the k of a slice (0: all of K). An epilogue that finishes the grid
+// grid: K slices and chunks of rows (heuristics.h's skinny_partials_shape and skinny_pair_shape;
+// one of each unsplit; a chunk's blocks beside their group's in grid x: gemv_half_kernel.cuh);
+// slice_k: the k of a slice (0: all of K). An epilogue that finishes the grid
 // (FinishesGrid) is launched cooperatively: the runtime refuses a grid that cannot be resident
 // at once (the caller sizes it by resident_blocks), where a plain launch would hang at the
 // barrier; that refusal sets *refused where given, else it is an error.
-template <typename T, int kWarps, int kTiles, int kRowTiles, typename Epilogue>
+template <typename T, int kWarps, int kTiles, int kRowTiles, typename Epilogue,
+          bool kStaged = false>
 void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slices = 1,
                   int chunks = 1, int64_t slice_k = 0, bool* refused = nullptr) {
-  using K = SkinnyKernel<T, kWarps, kTiles, kRowTiles, Epilogue>;
+  using K = SkinnyKernel<T, kWarps, kTiles, kRowTiles, Epilogue, kStaged>;
   using E = typename K::E;
   constexpr bool kPair = K::kPair;
   K::prepare();
@@ -92,8 +98,8 @@ void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slice
   }
   const int64_t n = ops.weight.size(0);
   const int64_t k = kPair ? ops.pair.kp : ops.x.size(1);
-  const dim3 grid(static_cast<unsigned>(tiles_of(n, 16 * kRowTiles)), static_cast<unsigned>(slices),
-                  static_cast<unsigned>(chunks));
+  const dim3 grid(static_cast<unsigned>(tiles_of(n, 16 * kRowTiles) * chunks),
+                  static_cast<unsigned>(slices));
   const E* xp = reinterpret_cast<const E*>(x.data_ptr());
   const E* wp = reinterpret_cast<const E*>(w.data_ptr());
   const int m32 = static_cast<int>(ops.x.size(0)), n32 = static_cast<int>(n);
@@ -111,7 +117,7 @@ void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slice
     config.attrs = &cooperative;
     config.numAttrs = 1;
     const cudaError_t launched = cudaLaunchKernelEx(&config, K::kKernel, xp, wp, m32, n32, k32,
-                                                    slice32, epilogue, pair);
+                                                    slice32, chunks, epilogue, pair);
     // A share of the device smaller than the occupancy said (an MPS client's thread
     // percentage): nothing ran; the caller takes its two-kernel path.
     if (launched == cudaErrorCooperativeLaunchTooLarge && refused != nullptr) {
@@ -121,8 +127,8 @@ void launch_shape(const SkinnyOperands& ops, const Epilogue& epilogue, int slice
     }
     C10_CUDA_CHECK(launched);
   } else {
-    K::kKernel<<<grid, K::kThreads, K::kSmem, stream>>>(xp, wp, m32, n32, k32, slice32, epilogue,
-                                                        pair);
+    K::kKernel<<<grid, K::kThreads, K::kSmem, stream>>>(xp, wp, m32, n32, k32, slice32, chunks,
+                                                        epilogue, pair);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
@@ -227,7 +233,8 @@ void launch_skinny(const SkinnyOperands& ops, const Epilogue& epilogue, int sm_c
     if (s.row_tiles == 1) return s.tiles == 1 ? any_warps(One{}) : any_warps(Two{});
     if (s.tiles == 1) return launch_shape<T, 8, 1, 2>(ops, epilogue);
     if (s.tiles == 2) return launch_shape<T, 8, 2, 2>(ops, epilogue);
-    return launch_shape<T, 8, 4, 4>(ops, epilogue);
+    if (s.staged) return launch_shape<T, 8, 4, 4, Epilogue, true>(ops, epilogue, 1, s.chunks);
+    return launch_shape<T, 8, 4, 4>(ops, epilogue, 1, s.chunks);
   } else {
     if constexpr (Epilogue::kMaxBlockRows > 16) {
       switch (s.row_tiles) {
